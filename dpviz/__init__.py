@@ -1,0 +1,22 @@
+"""dpviz: a lab for differentially private fine-tuning.
+
+    >>> import dpviz
+    >>> summary = dpviz.run(dpviz.RunConfig(strategy="lp-fft", epsilon=1.0, lp_fraction=0.3))
+    >>> summary["test_accuracy"], summary["epsilon_spent"]
+"""
+
+import warnings
+
+from .config import RunConfig
+from .errors import ConfigError, DpvizError
+from .jobs import JobManager
+from .runner import run
+from .store import Store
+
+# Opacus warns on every RDP evaluation whose best order is the largest one, and
+# that GDP is experimental (said once in the docs instead).
+warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
+warnings.filterwarnings("ignore", message="GDP accounting is experimental")
+warnings.filterwarnings("ignore", message="Full backward hook is firing")
+
+__all__ = ["RunConfig", "run", "Store", "JobManager", "ConfigError", "DpvizError"]

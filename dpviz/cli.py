@@ -1,0 +1,149 @@
+"""Command line: ``python -m dpviz run|list|show|delete``.
+
+Every `RunConfig` field is a flag (``--lp-fraction 0.3``); ``--config FILE``
+(JSON or TOML) sets fields first and flags override it. Bad input prints one
+line naming the field and exits with code 2; the store is not touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import fields
+
+from .config import RunConfig, load_config_file
+from .errors import ConfigError, DpvizError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise ConfigError("arguments", message)
+
+
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("run configuration (see RunConfig)")
+    for f in fields(RunConfig):
+        if f.name != "extra":
+            g.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V",
+                           help=f"default: {f.default}")
+    g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m dpviz", description="Differentially private fine-tuning lab.")
+    p.add_argument("--cache-dir", default=None, help="store folder (default: $DPVIZ_CACHE_DIR or ./cache)")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="train one configuration (or answer it from the cache)")
+    _config_flags(r)
+    r.add_argument("--force", action="store_true", help="retrain even if an identical run is stored")
+    r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    ls = sub.add_parser("list", help="list stored runs")
+    ls.add_argument("--status", default=None)
+    ls.add_argument("--json", action="store_true")
+    sh = sub.add_parser("show", help="show one stored run")
+    sh.add_argument("run_id")
+    sh.add_argument("--json", action="store_true")
+    de = sub.add_parser("delete", help="delete stored runs and their files")
+    de.add_argument("run_ids", nargs="+")
+    return p
+
+
+def config_from_args(args) -> RunConfig:
+    d = load_config_file(args.config) if args.config else {}
+    d.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
+              if f.name != "extra" and getattr(args, f.name) is not None})
+    for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths
+        if isinstance(v, str) and v.lower() in ("none", "null") and k in ("data_dir", "weights"):
+            d[k] = None
+    return RunConfig.from_dict(d)
+
+
+def _dump(obj) -> str:
+    return json.dumps(obj, indent=2, default=lambda o: None if isinstance(o, float) and math.isinf(o) else str(o))
+
+
+def cmd_run(args) -> int:
+    from .jobs import JobManager
+
+    cfg = config_from_args(args)
+    jm = JobManager(args.cache_dir, max_workers=1)
+    job = jm.submit(cfg, force=args.force)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+        bar = tqdm(total=None, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step")
+    try:
+        while not job.future.done():
+            if bar is not None and job.total_steps:
+                bar.total = job.total_steps
+                bar.n = job.step
+                bar.set_postfix({k: f"{v:.3g}" for k, v in job.last.items() if v is not None}, refresh=True)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        job.cancel()
+        job.future.exception()
+        print("dpviz: run cancelled", file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.n = job.step
+            bar.close()
+    summary = job.wait()
+    print(_dump(summary) if args.json else _text(summary))
+    return 0
+
+
+def _text(s: dict) -> str:
+    eps = "no DP" if s.get("epsilon_spent") is None else f"ε spent {s['epsilon_spent']:.4g}"
+    acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
+    src = " (from cache)" if s.get("cached") else ""
+    return f"{s['run_id']}  {s['config']['strategy']:<8} test acc {acc}  {eps}{src}"
+
+
+def cmd_list(args) -> int:
+    from .runner import summary_of
+    from .store import Store
+
+    rows = [summary_of(r) for r in Store(args.cache_dir).list_runs(args.status)]
+    if args.json:
+        print(_dump(rows))
+    else:
+        for s in rows:
+            print(f"{s['status']:<11} " + _text(s))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .runner import summary_of
+    from .store import Store
+
+    s = summary_of(Store(args.cache_dir).get_run(args.run_id))
+    print(_dump(s) if args.json else _dump(s))
+    return 0
+
+
+def cmd_delete(args) -> int:
+    from .store import Store
+
+    store = Store(args.cache_dir)
+    for rid in args.run_ids:
+        store.get_run(rid)  # all ids must exist before any is deleted
+    for rid in args.run_ids:
+        store.delete_run(rid)
+        print(f"deleted {rid}")
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete}[args.cmd](args)
+    except DpvizError as e:
+        print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,233 @@
+"""Real image datasets, read from local files in the format their authors distribute.
+
+Nothing is downloaded: ``cfg.data_dir`` must already hold the files.
+
+    mnist          <data_dir>/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte
+    fashion-mnist  <data_dir>/FashionMNIST/raw/ with the same four names
+    cifar10        <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch}
+    stl10          <data_dir>/stl10_binary/{train,test}_{X,y}.bin (labelled splits only)
+    folder         <data_dir>/{train,test}/<class>/*.png|jpg|..., or <data_dir>/<class>/*
+                   split 80/20 by class (fixed seed); images become RGB 32×32
+
+A missing, empty or unreadable file raises a one-line `ConfigError` on
+``data_dir`` that names the file, never a traceback from inside a parser.
+"""
+
+from __future__ import annotations
+
+import pickle
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from sklearn.model_selection import train_test_split
+from torchvision.datasets.mnist import read_image_file, read_label_file
+
+from ..errors import ConfigError
+from . import Bundle, register, to_unit_range
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+FOLDER_SIZE = 32
+_PARSE_ERRORS = (OSError, ValueError, TypeError, RuntimeError, AssertionError, EOFError,
+                 KeyError, IndexError, AttributeError, pickle.UnpicklingError)
+
+
+@contextmanager
+def _reading(path: Path, what: str):
+    """Turn any parse failure inside the block into a one-line error naming `path`."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except _PARSE_ERRORS as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        if path.is_file() and path.stat().st_size == 0:
+            reason = "the file is empty"
+        raise ConfigError("data_dir", f"cannot read {path} as {what} ({reason})") from None
+
+
+def _require(title: str, root: Path, paths: list[Path]) -> None:
+    """Raise unless `root` is a folder and every file in `paths` exists."""
+    names = f"{', '.join(p.name for p in paths)} in {paths[0].parent}"
+    if not root.is_dir():
+        raise ConfigError("data_dir", f"{root} is not a folder (expected {title} files {names}, "
+                                      "as distributed by its authors; nothing is downloaded)")
+    for p in paths:
+        if not p.is_file():
+            gz = Path(f"{p}.gz")
+            hint = f"; found {gz.name}: decompress it with gunzip" if gz.is_file() else ""
+            raise ConfigError("data_dir", f"no {title} file {p} (expected {names}, "
+                                          f"as distributed by its authors{hint}; nothing is downloaded)")
+
+
+def _check_labels(n: int, y: np.ndarray, k: int) -> None:
+    """Raise ValueError (wrapped by `_reading`) unless there are n labels in [0, k)."""
+    if len(y) != n:
+        raise ValueError(f"{n} images but {len(y)} labels")
+    if len(y) and (y.min() < 0 or y.max() >= k):
+        raise ValueError(f"labels outside 0..{k - 1}")
+
+
+def _bundle(name: str, train, test, k: int) -> Bundle:
+    """Build a Bundle from uint8 (N, C, H, W) arrays/tensors and integer labels."""
+    def x(a):
+        return to_unit_range(torch.as_tensor(np.ascontiguousarray(a)), 255.0).contiguous()
+
+    def y(a):
+        return torch.as_tensor(np.asarray(a), dtype=torch.int64)
+    return Bundle(name, x(train[0]), y(train[1]), x(test[0]), y(test[1]), k)
+
+
+def _mnist(name: str, title: str, folder: str, cfg) -> Bundle:
+    """MNIST-style idx files, read with torchvision's parser."""
+    root = Path(cfg.data_dir)
+    raw = root / folder / "raw"
+    stems = [f"{s}-{kind}" for s in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+    _require(title, root, [raw / s for s in stems])
+    splits = []
+    for s in ("train", "t10k"):
+        xp, yp = raw / f"{s}-images-idx3-ubyte", raw / f"{s}-labels-idx1-ubyte"
+        with _reading(xp, f"an idx image file of {title}"):
+            x = read_image_file(str(xp))  # (N, 28, 28) uint8
+            if tuple(x.shape[1:]) != (28, 28):
+                raise ValueError(f"images of {tuple(x.shape[1:])} pixels, expected 28×28")
+        with _reading(yp, f"an idx label file of {title}"):
+            y = read_label_file(str(yp)).numpy()
+            _check_labels(len(x), y, 10)
+        splits.append((x[:, None].numpy(), y))  # (N, 1, 28, 28)
+    return _bundle(name, splits[0], splits[1], 10)
+
+
+@register("mnist")
+def load_mnist(cfg) -> Bundle:
+    return _mnist("mnist", "MNIST", "MNIST", cfg)
+
+
+@register("fashion-mnist")
+def load_fashion_mnist(cfg) -> Bundle:
+    return _mnist("fashion-mnist", "Fashion-MNIST", "FashionMNIST", cfg)
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickle only plain containers and numpy arrays: a data folder must not run code."""
+
+    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
+def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 batch: uint8 (N, 3, 32, 32) and labels (N,)."""
+    with _reading(path, "a CIFAR-10 python batch"), open(path, "rb") as f:
+        # The authors' files are Python 2 pickles: latin1 turns their str keys and
+        # the array's raw bytes back into str/bytes unchanged. Keys written by
+        # Python 3 (b"data") are accepted too.
+        d = _ArrayUnpickler(f, encoding="latin1").load()
+        d = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in d.items()}
+        x = np.asarray(d["data"], dtype=np.uint8)
+        if x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
+            raise ValueError(f"data of shape {x.shape}, expected (N, 3072)")
+        y = np.asarray(d["labels"], dtype=np.int64)
+        _check_labels(len(x), y, 10)
+    # Each row holds the red 32×32 plane, then green, then blue, each row-major.
+    return x.reshape(-1, 3, 32, 32), y
+
+
+@register("cifar10")
+def load_cifar10(cfg) -> Bundle:
+    root = Path(cfg.data_dir)
+    d = root / "cifar-10-batches-py"
+    paths = [d / f"data_batch_{i}" for i in range(1, 6)] + [d / "test_batch"]
+    _require("CIFAR-10", root, paths)
+    batches = [_cifar_batch(p) for p in paths]
+    train = tuple(np.concatenate(a) for a in zip(*batches[:5]))
+    return _bundle("cifar10", train, batches[5], 10)
+
+
+def _stl_split(d: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """One labelled STL-10 split: uint8 (N, 3, 96, 96) and labels 0..9."""
+    xp, yp = d / f"{split}_X.bin", d / f"{split}_y.bin"
+    with _reading(xp, "an STL-10 image file"):
+        raw = np.fromfile(xp, dtype=np.uint8)
+        if raw.size == 0 or raw.size % (3 * 96 * 96):
+            raise ValueError(f"{raw.size} bytes is not a whole number of 3×96×96 images")
+        # Stored channel by channel, each channel column-major (MATLAB order):
+        # (N, 3, W, H) on disk -> (N, 3, H, W), as torchvision reads it.
+        x = raw.reshape(-1, 3, 96, 96).transpose(0, 1, 3, 2)
+    with _reading(yp, "an STL-10 label file"):
+        y = np.fromfile(yp, dtype=np.uint8).astype(np.int64) - 1  # 1..10 on disk
+        _check_labels(len(x), y, 10)
+    return x, y
+
+
+@register("stl10")
+def load_stl10(cfg) -> Bundle:
+    root = Path(cfg.data_dir)
+    d = root / "stl10_binary"
+    _require("STL-10", root, [d / f"{s}_{v}.bin" for s in ("train", "test") for v in ("X", "y")])
+    return _bundle("stl10", _stl_split(d, "train"), _stl_split(d, "test"), 10)
+
+
+def _class_dirs(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[list[Path], list[int]]:
+    """Image paths under d/<class>/ (sorted) and their labels."""
+    paths, labels = [], []
+    for c in classes:
+        for p in sorted((d / c).iterdir()):
+            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES:
+                paths.append(p)
+                labels.append(index[c])
+    return paths, labels
+
+
+def _read_images(paths: list[Path]) -> np.ndarray:
+    """Decode images as RGB, resize to FOLDER_SIZE², return uint8 (N, 3, S, S)."""
+    out = []
+    for p in paths:
+        with _reading(p, "an image"), Image.open(p) as im:
+            im = im.convert("RGB").resize((FOLDER_SIZE, FOLDER_SIZE), Image.BILINEAR)
+            out.append(np.asarray(im))  # (S, S, 3)
+    return np.stack(out).transpose(0, 3, 1, 2)
+
+
+@register("folder")
+def load_folder(cfg) -> Bundle:
+    root = Path(cfg.data_dir)
+    expected = (f"expected {root}/<class>/*.png|jpg|... or {root}/train/<class>/* "
+                f"and {root}/test/<class>/*, at least two classes; nothing is downloaded")
+    if not root.is_dir():
+        raise ConfigError("data_dir", f"{root} is not a folder ({expected})")
+    tr, te = root / "train", root / "test"
+    split = tr.is_dir() or te.is_dir()
+    if split and not (tr.is_dir() and te.is_dir()):
+        raise ConfigError("data_dir", f"{root} has only one of train/ and test/ ({expected})")
+    classes = _class_dirs(tr if split else root)
+    index = {c: i for i, c in enumerate(classes)}
+    paths, labels = _list_images(tr if split else root, classes, index)
+    if len(classes) < 2 or not paths:
+        raise ConfigError("data_dir", f"no class folders with images under {root} ({expected})")
+    if split:
+        extra = sorted(set(_class_dirs(te)) - set(classes))
+        if extra:
+            raise ConfigError("data_dir", f"{te} has classes not in {tr}: {', '.join(extra)}")
+        te_paths, te_labels = _list_images(te, _class_dirs(te), index)
+        if not te_paths:
+            raise ConfigError("data_dir", f"no images under {te}/<class>/ ({expected})")
+        train, test = (_read_images(paths), labels), (_read_images(te_paths), te_labels)
+        return _bundle("folder", train, test, len(classes))
+    try:  # fixed stratified 80/20 split, independent of the run's seed
+        i_tr, i_te = train_test_split(np.arange(len(paths)), test_size=0.2, stratify=labels, random_state=0)
+    except ValueError as e:
+        raise ConfigError("data_dir", f"cannot split {root} 80/20 by class; each class needs at least "
+                                      f"2 images and the test part one per class ({str(e).splitlines()[0]})") from None
+    x, y = _read_images(paths), np.asarray(labels)
+    return _bundle("folder", (x[i_tr], y[i_tr]), (x[i_te], y[i_te]), len(classes))

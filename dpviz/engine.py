@@ -1,0 +1,143 @@
+"""Run one configuration: build, calibrate, train phase by phase, record.
+
+`prepare` does everything that can fail on bad input (dataset, backbone,
+weights, δ ≤ 1/n, block counts, σ for the budget) before a run is stored;
+`train` then runs the phases and writes metrics, features and weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import data, models, strategies
+from .config import RunConfig
+from .errors import ConfigError
+from .models.pretrain import pretrained_backbone
+from .privacy import accounting, dpsgd
+from .privacy.accounting import Phase
+
+
+class Cancelled(Exception):
+    """Raised inside a run when its job is cancelled."""
+
+
+@dataclass
+class Prepared:
+    """A validated run, ready to train."""
+
+    cfg: RunConfig
+    bundle: data.Bundle
+    model: models.Classifier
+    plans: list[strategies.PhasePlan]
+    phases: list[Phase]
+    sample_rate: float
+    device: str
+    eps_curve: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def total_steps(self) -> int:
+        return sum(p.steps for p in self.plans)
+
+
+def resolve_device(name: str) -> str:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", "cuda needs a GPU; none is visible (use auto or cpu)", name)
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def build_backbone(cfg: RunConfig, bundle: data.Bundle, cache_dir) -> nn.Module:
+    if cfg.backbone in ("cnn", "vit"):
+        return pretrained_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, cache_dir=cache_dir)
+    return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
+
+
+def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
+    """Phases and Poisson sampling rate q = B/n; T = epochs · round(n/B) steps."""
+    if cfg.batch_size > n:
+        raise ConfigError("batch_size", f"must be <= the training-set size n = {n}", cfg.batch_size)
+    q = cfg.batch_size / n
+    total = cfg.epochs * max(1, round(n / cfg.batch_size))
+    return strategies.plan(cfg, total_steps=total, num_blocks=num_blocks), q
+
+
+def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
+    """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
+    device = resolve_device(cfg.device)
+    bundle = data.load(cfg)
+    if cfg.private and cfg.delta > 1 / bundle.n:
+        raise ConfigError("delta", f"must be in (0, 1/n] = (0, {1 / bundle.n:.3g}] for {cfg.dataset} "
+                          f"(n = {bundle.n})", cfg.delta)
+    backbone = build_backbone(cfg, bundle, cache_dir)
+    plans, q = schedule(cfg, bundle.n, models.count_blocks(backbone))
+    torch.manual_seed(cfg.seed)  # the head's random initialisation
+    model = models.Classifier(backbone, bundle.num_classes)
+    phases = [Phase(p.name, p.steps, 0.0, q, cfg.clip_norm) for p in plans]
+    if cfg.private:
+        try:
+            sigma = accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta,
+                                               phases=phases, accountant=cfg.accountant)
+        except ValueError as e:
+            raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
+        phases = [Phase(p.name, p.steps, sigma, q, cfg.clip_norm) for p in phases]
+    prep = Prepared(cfg, bundle, model, plans, phases, q, device)
+    if with_curve and cfg.private:
+        prep.eps_curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+    return prep
+
+
+def set_trainable(model: models.Classifier, trainable: str) -> None:
+    """Freeze everything but the parameters a phase trains."""
+    model.requires_grad_(trainable == "all")
+    model.head.requires_grad_(True)
+    if trainable.startswith("last:"):
+        k = int(trainable.split(":")[1])
+        for block in model.backbone.blocks[-k:]:
+            block.requires_grad_(True)
+        if hasattr(model.backbone, "norm"):  # a ViT's final norm sits after the last block
+            model.backbone.norm.requires_grad_(True)
+
+
+def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    cls = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=lr)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str) -> tuple[float, float]:
+    """Test accuracy and mean cross-entropy, in chunks of 512."""
+    model.eval()
+    loss = correct = 0.0
+    for i in range(0, len(y), 512):
+        out = model(x[i:i + 512].to(device))
+        yy = y[i:i + 512].to(device)
+        loss += F.cross_entropy(out, yy, reduction="sum").item()
+        correct += (out.argmax(1) == yy).sum().item()
+    model.train()
+    return correct / len(y), loss / len(y)
+
+
+@torch.no_grad()
+def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, device: str) -> dict:
+    """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels."""
+    model.eval()
+    chunks = [model.backbone.layer_features(x[i:i + 256].to(device)) for i in range(0, len(x), 256)]
+    model.train()
+    out = {f"layer_{l}": torch.cat([c[l] for c in chunks]).float().cpu().numpy()
+           for l in range(len(chunks[0]))}
+    out["labels"] = y.numpy()
+    return out
+
+
+@torch.no_grad()
+def backbone_features(model: models.Classifier, x: torch.Tensor, device: str) -> torch.Tensor:
+    """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase."""
+    model.eval()
+    f = torch.cat([model.backbone.forward_features(x[i:i + 512].to(device)) for i in range(0, len(x), 512)])
+    model.train()
+    return f

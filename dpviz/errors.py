@@ -1,0 +1,32 @@
+"""Errors a user can cause and fix: each names the field and what is allowed."""
+
+
+class DpvizError(Exception):
+    """Base class for user-facing errors (the CLI prints one line and exits 2)."""
+
+
+class ConfigError(DpvizError, ValueError):
+    """A configuration field has a value that is not allowed.
+
+    Args:
+        field: name of the offending field (as in `RunConfig` and the CLI flag).
+        allowed: what the field accepts.
+        got: the rejected value.
+    """
+
+    def __init__(self, field: str, allowed: str, got=None):
+        self.field, self.allowed, self.got = field, allowed, got
+        tail = f"; got {got!r}" if got is not None else ""
+        super().__init__(f"{field}: {allowed}{tail}")
+
+
+class DataError(DpvizError):
+    """A dataset could not be found or read."""
+
+
+class BackboneError(DpvizError):
+    """A backbone or its weights file could not be built or loaded."""
+
+
+class StoreError(DpvizError):
+    """A run could not be found in the store."""

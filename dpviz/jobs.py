@@ -1,0 +1,94 @@
+"""Background jobs: runs in threads with progress, status and cancel.
+
+The dashboard holds one `JobManager` per server; the command line uses one
+for a single run. Threads only call library code and write to the store;
+readers (pages, the CLI's progress bar) poll `Job` fields or the store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .config import RunConfig
+from .engine import Cancelled
+from .runner import run
+from .store import Store
+
+
+@dataclass
+class Job:
+    """One submitted run as seen from outside its thread."""
+
+    job_id: int
+    cfg: RunConfig
+    status: str = "queued"  # queued, running, finished, failed, cancelled
+    run_id: str | None = None
+    step: int = 0
+    total_steps: int | None = None
+    last: dict = field(default_factory=dict)
+    summary: dict | None = None
+    error: str | None = None
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    future: Future | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("finished", "failed", "cancelled")
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def wait(self, timeout: float | None = None) -> dict | None:
+        """Block until the job ends; return its summary (re-raising its error)."""
+        self.future.result(timeout)
+        return self.summary
+
+
+class JobManager:
+    """Runs submitted configs in a pool of threads (default: one per 2 cores)."""
+
+    def __init__(self, cache_dir=None, max_workers: int | None = None):
+        self.store = Store(cache_dir)
+        workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
+        self.jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+
+    def submit(self, cfg: RunConfig, *, force: bool = False) -> Job:
+        job = Job(next(self._ids), cfg)
+        self.jobs[job.job_id] = job
+        job.future = self.pool.submit(self._work, job, force)
+        return job
+
+    def _work(self, job: Job, force: bool) -> None:
+        def progress(step, total, last):
+            job.step, job.total_steps, job.last = step, total, last
+
+        def started(run_id):
+            job.run_id, job.status = run_id, "running"
+
+        try:
+            job.summary = run(job.cfg, store=self.store, force=force, progress=progress,
+                              cancel=job.cancel_event, on_start=started)
+            job.status = "finished"
+        except Cancelled:
+            job.status = "cancelled"
+        except BaseException as e:
+            job.status, job.error = "failed", str(e)
+            raise
+
+    def cancel(self, job_id: int) -> None:
+        self.jobs[job_id].cancel()
+
+    def active(self) -> list[Job]:
+        return [j for j in self.jobs.values() if not j.done]
+
+    def shutdown(self, cancel: bool = True) -> None:
+        if cancel:
+            for j in self.active():
+                j.cancel()
+        self.pool.shutdown(wait=True)

@@ -1,0 +1,67 @@
+"""Backbones by name, and the classifier that puts a linear head on one.
+
+Every backbone is an ``nn.Module`` with:
+
+* ``blocks``: ``nn.ModuleList`` of its L blocks, input side first (partial
+  fine-tuning trains the last k of them); parameters outside ``blocks`` (stem,
+  final norm) train only in full fine-tuning.
+* ``feature_dim``: width of the penultimate representation.
+* ``forward_features(x)``: (B, C, H, W) -> (B, feature_dim).
+* ``layer_features(x)``: list of L + 1 tensors (B, d_l); index 0 is the
+  flattened input, index l the representation after block l (pooled channels
+  for CNNs, the CLS token for ViTs). The separability analyses read these.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+BUILDERS: dict[str, Callable] = {}
+
+
+def register(name: str):
+    def deco(fn):
+        BUILDERS[name] = fn
+        return fn
+    return deco
+
+
+class Classifier(nn.Module):
+    """Backbone followed by a linear head on its penultimate features."""
+
+    def __init__(self, backbone: nn.Module, num_classes: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.feature_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone.forward_features(x))
+
+
+def build_backbone(name: str, *, channels: int, size: int, weights: str | None = None) -> nn.Module:
+    """Build the backbone ``name`` for inputs of shape (channels, size, size).
+
+    Built-in backbones come back randomly initialised (the engine pretrains
+    them on public data and caches the weights); torchvision/timm backbones
+    load ``weights``.
+    """
+    if name not in BUILDERS:
+        raise ConfigError("backbone", f"one of {', '.join(sorted(BUILDERS))}", name)
+    return BUILDERS[name](channels=channels, size=size, weights=weights)
+
+
+def count_blocks(backbone: nn.Module) -> int:
+    return len(backbone.blocks)
+
+
+from . import cnn, vit  # noqa: E402,F401  (registration)
+
+try:  # torchvision / timm backbones from local weights
+    from . import external  # noqa: E402,F401
+except ImportError:  # pragma: no cover - module added separately
+    pass

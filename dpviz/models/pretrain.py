@@ -1,0 +1,76 @@
+"""Non-private pretraining of the built-in backbones on public data, cached on disk.
+
+The public data are random-process images (`dpviz.data.public`); private data
+are never passed here, so the pretrained weights carry no private
+information. Weights are cached under ``<cache>/backbones/<key>.pt`` where
+the key hashes everything that determines them; a file lock stops two
+processes from pretraining the same backbone at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.public import NUM_CLASSES, random_process_images
+from . import Classifier, build_backbone
+
+PRETRAIN = {"n": 12000, "epochs": 4, "batch": 128, "lr": 2e-3, "seed": 1234, "version": 1}
+
+
+def cache_key(name: str, channels: int, size: int) -> str:
+    blob = json.dumps({"backbone": name, "channels": channels, "size": size, **PRETRAIN}, sort_keys=True)
+    return f"{name}-{channels}x{size}-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def pretrain(name: str, *, channels: int, size: int, device: str = "cpu") -> tuple[nn.Module, float]:
+    """Train ``name`` to classify public random-process images.
+
+    Returns:
+        the backbone (head dropped) and its accuracy on held-out public images.
+    """
+    torch.manual_seed(PRETRAIN["seed"])
+    x, y = random_process_images(PRETRAIN["n"] + 2000, channels=channels, size=size, seed=PRETRAIN["seed"])
+    xtr, ytr, xte, yte = x[2000:], y[2000:], x[:2000], y[:2000]
+    model = Classifier(build_backbone(name, channels=channels, size=size), NUM_CLASSES).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=PRETRAIN["lr"], weight_decay=1e-4)
+    steps = PRETRAIN["epochs"] * (len(ytr) // PRETRAIN["batch"])
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, PRETRAIN["lr"], total_steps=steps)
+    g = torch.Generator().manual_seed(PRETRAIN["seed"])
+    for _ in range(PRETRAIN["epochs"]):
+        perm = torch.randperm(len(ytr), generator=g)
+        for i in range(0, len(perm) - PRETRAIN["batch"] + 1, PRETRAIN["batch"]):
+            idx = perm[i:i + PRETRAIN["batch"]]
+            loss = F.cross_entropy(model(xtr[idx].to(device)), ytr[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    with torch.no_grad():
+        acc = (model(xte.to(device)).argmax(1).cpu() == yte).float().mean().item()
+    return model.backbone.cpu(), acc
+
+
+def pretrained_backbone(name: str, *, channels: int, size: int, cache_dir: Path,
+                        device: str = "cpu") -> nn.Module:
+    """The cached pretrained backbone, pretraining it first if needed."""
+    folder = Path(cache_dir) / "backbones"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cache_key(name, channels, size)}.pt"
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one pretraining per backbone at a time
+        if not path.exists():
+            backbone, acc = pretrain(name, channels=channels, size=size, device=device)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            torch.save({"state_dict": backbone.state_dict(), "public_accuracy": acc}, tmp)
+            os.replace(tmp, path)  # atomic: a killed pretraining leaves no half file
+    backbone = build_backbone(name, channels=channels, size=size)
+    backbone.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+    return backbone

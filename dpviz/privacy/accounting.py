@@ -1,0 +1,127 @@
+"""Pure privacy math over Opacus's accountants: ε of a schedule, σ for a budget.
+
+A schedule is a list of `Phase`s (name, steps, σ, q, C), exactly what a run
+reports; composing them through Opacus's accountant history gives the run's ε.
+Nothing here holds state; `tracker.PrivacyTracker` is the thin stateful part.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from opacus.accountants import create_accountant
+
+MAX_SIGMA = 1e4
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stage of DP-SGD with a fixed noise multiplier and sampling rate.
+
+    Attributes:
+        name: lp, fft, partial, …
+        steps: number of noisy steps in the phase.
+        noise_multiplier: σ; the Gaussian noise std is σ·C.
+        sample_rate: Poisson sampling probability q = B / n.
+        clip_norm: per-sample clipping norm C (does not enter ε).
+    """
+
+    name: str
+    steps: int
+    noise_multiplier: float
+    sample_rate: float
+    clip_norm: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def epsilon(*, phases: list[Phase], delta: float, accountant: str = "prv") -> float:
+    """ε spent by the composition of ``phases`` at the given δ.
+
+    PRV returns Opacus's upper bound on ε (not the estimate), so the value is a
+    guarantee. A schedule without noise (σ = 0) has ε = ∞; no steps, ε = 0.
+    """
+    history = [(p.noise_multiplier, p.sample_rate, p.steps) for p in phases if p.steps > 0]
+    if not history:
+        return 0.0
+    if any(s <= 0 for s, _, _ in history):
+        return math.inf
+    acc = create_accountant(mechanism=accountant)
+    acc.history = history
+    return float(acc.get_epsilon(delta=delta))
+
+
+def _with_sigma(phases: list[Phase], sigma: float) -> list[Phase]:
+    return [Phase(p.name, p.steps, sigma, p.sample_rate, p.clip_norm) for p in phases]
+
+
+def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
+                    accountant: str = "prv", rel_tol: float = 0.005) -> float:
+    """Smallest σ (within ``rel_tol`` of ε) such that the whole schedule spends ≤ target ε.
+
+    One σ for every phase: under composition each phase then spends privacy in
+    proportion to its steps (NOTES §1, "simplest exact form"). Bisection keeps
+    the upper end, whose ε is always ≤ target, so the budget is never exceeded.
+    """
+    if not math.isfinite(target_epsilon):
+        return 0.0
+    eps_of = lambda s: epsilon(phases=_with_sigma(phases, s), delta=delta, accountant=accountant)  # noqa: E731
+    lo, hi = 0.0, 1.0
+    while eps_of(hi) > target_epsilon:
+        lo, hi = hi, hi * 2
+        if hi > MAX_SIGMA:
+            raise ValueError(f"epsilon: {target_epsilon} is too small for this schedule (σ > {MAX_SIGMA:g})")
+    while hi - lo > 1e-4 * hi:
+        mid = (lo + hi) / 2
+        e = eps_of(mid)
+        if e <= target_epsilon:
+            hi = mid
+            if target_epsilon - e <= rel_tol * target_epsilon:
+                break
+        else:
+            lo = mid
+    return hi
+
+
+def truncate(phases: list[Phase], steps: int) -> list[Phase]:
+    """The schedule's first ``steps`` steps, phase by phase."""
+    out, left = [], steps
+    for p in phases:
+        k = min(p.steps, left)
+        if k > 0:
+            out.append(Phase(p.name, k, p.noise_multiplier, p.sample_rate, p.clip_norm))
+        left -= k
+    return out
+
+
+def epsilon_curve(*, phases: list[Phase], delta: float, accountant: str, points: int = 24) -> dict[int, float]:
+    """ε after t steps at ~``points`` values of t (always including phase ends).
+
+    Between grid points a run reports the ε of the next grid point, an upper
+    bound since ε grows with t; RDP is cheap enough to evaluate at every step.
+    """
+    total = sum(p.steps for p in phases)
+    if total == 0:
+        return {0: 0.0}
+    if accountant == "rdp":
+        ts = set(range(1, total + 1))
+    else:
+        ts = {max(1, round(total * i / points)) for i in range(1, points + 1)}
+    ends, acc = set(), 0
+    for p in phases:
+        acc += p.steps
+        ends.add(acc)
+    ts = sorted(ts | ends)
+    return {t: epsilon(phases=truncate(phases, t), delta=delta, accountant=accountant) for t in ts}
+
+
+def spent_at(curve: dict[int, float], step: int) -> float:
+    """Upper bound on ε after ``step`` steps from a curve of `epsilon_curve`."""
+    if step <= 0:
+        return 0.0
+    for t in sorted(curve):
+        if t >= step:
+            return curve[t]
+    return curve[max(curve)]

@@ -1,0 +1,216 @@
+"""The run store: SQLite (WAL) for runs, metrics and events; files per run.
+
+Layout under the cache folder (``cache/`` by default, moved with
+``--cache-dir`` or ``DPVIZ_CACHE_DIR``)::
+
+    runs.sqlite            runs, metrics (long format), events
+    runs/<run_id>/         features/step_XXXXXX.npz, model.pt (written atomically)
+    backbones/             pretrained public backbones
+
+Every call opens its own short-lived connection, so threads and processes can
+write at once; WAL plus a busy timeout turns contention into waiting, not
+"database is locked" errors. A run whose owning process has died is marked
+``interrupted`` when a store is next opened; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, config_hash TEXT NOT NULL, config_json TEXT NOT NULL,
+  status TEXT NOT NULL, created REAL, started REAL, finished REAL, owner TEXT,
+  step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT);
+CREATE INDEX IF NOT EXISTS runs_hash ON runs(config_hash, status);
+CREATE TABLE IF NOT EXISTS metrics (
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
+  PRIMARY KEY (run_id, name, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+  run_id TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT);
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id, time);
+"""
+LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("DPVIZ_CACHE_DIR") or Path.cwd() / "cache")
+
+
+def process_token(pid: int | None = None) -> str:
+    """host:pid:start-time; the start time tells a live owner from a reused pid."""
+    pid = pid or os.getpid()
+    try:
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        start = "?"
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def _owner_alive(owner: str | None) -> bool:
+    if not owner:
+        return False
+    host, pid, _ = owner.split(":", 2)
+    if host != socket.gethostname():
+        return True  # cannot tell from here; leave other machines' runs alone
+    return process_token(int(pid)) == owner
+
+
+def write_atomic(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+class Store:
+    """Runs, their metrics and events, and their artifact folders."""
+
+    def __init__(self, cache_dir: str | Path | None = None):
+        self.root = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.db = self.root / "runs.sqlite"
+        with self._conn() as c:
+            c.executescript(SCHEMA)
+        self.recover()
+
+    @contextmanager
+    def _conn(self):
+        c = sqlite3.connect(self.db, timeout=60, isolation_level=None)
+        try:
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=NORMAL")
+            c.execute("PRAGMA busy_timeout=60000")
+            c.row_factory = sqlite3.Row
+            yield c
+        finally:
+            c.close()
+
+    def _tx(self, sql: str, args=(), many: bool = False):
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            (c.executemany if many else c.execute)(sql, args)
+            c.execute("COMMIT")
+
+    # --- runs -------------------------------------------------------------
+    def create_run(self, config_hash: str, config_json: str, total_steps: int | None = None) -> str:
+        run_id = f"{config_hash[:8]}-{secrets.token_hex(3)}"
+        self._tx("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps)"
+                 " VALUES (?,?,?,?,?,?,?)",
+                 (run_id, config_hash, config_json, "running", time.time(), process_token(), total_steps))
+        self.event(run_id, "created")
+        return run_id
+
+    def update_run(self, run_id: str, **fields) -> None:
+        if "summary" in fields:
+            fields["summary_json"] = json.dumps(fields.pop("summary"))
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._tx(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
+
+    def finish_run(self, run_id: str, status: str, *, summary: dict | None = None, error: str | None = None):
+        self.update_run(run_id, status=status, finished=time.time(), error=error,
+                        summary_json=json.dumps(summary) if summary is not None else None)
+        self.event(run_id, status, error)
+
+    def get_run(self, run_id: str) -> dict:
+        with self._conn() as c:
+            row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"run_id: no stored run {run_id!r} (see `python -m dpviz list`)")
+        return _row(row)
+
+    def find_finished(self, config_hash: str) -> dict | None:
+        with self._conn() as c:
+            row = c.execute("SELECT * FROM runs WHERE config_hash=? AND status='finished' "
+                            "ORDER BY finished DESC LIMIT 1", (config_hash,)).fetchone()
+        return _row(row) if row else None
+
+    def list_runs(self, status: str | None = None) -> list[dict]:
+        sql, args = "SELECT * FROM runs", ()
+        if status:
+            sql, args = sql + " WHERE status=?", (status,)
+        with self._conn() as c:
+            return [_row(r) for r in c.execute(sql + " ORDER BY created", args).fetchall()]
+
+    def delete_run(self, run_id: str) -> None:
+        run = self.get_run(run_id)
+        if run["status"] in LIVE and _owner_alive(run["owner"]):
+            raise StoreError(f"run_id: {run_id} is still running; cancel it first")
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            for t in ("metrics", "events", "runs"):
+                c.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+            c.execute("COMMIT")
+        shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+
+    def recover(self) -> list[str]:
+        """Mark runs whose owning process is gone as interrupted; return their ids."""
+        dead = [r["run_id"] for r in self.list_runs() if r["status"] in LIVE and not _owner_alive(r["owner"])]
+        for run_id in dead:
+            self.finish_run(run_id, "interrupted", error="the process running it ended before it finished")
+        return dead
+
+    # --- metrics and events -----------------------------------------------
+    def log_metrics(self, run_id: str, rows: list[tuple[int, str, float | None]]) -> None:
+        """Insert (step, name, value) rows in one transaction."""
+        if rows:
+            self._tx("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?)",
+                     [(run_id, s, n, v) for s, n, v in rows], many=True)
+
+    def metrics(self, run_id: str, name: str | None = None) -> dict[str, list[tuple[int, float]]]:
+        sql, args = "SELECT step, name, value FROM metrics WHERE run_id=?", (run_id,)
+        if name:
+            sql, args = sql + " AND name=?", (run_id, name)
+        out: dict[str, list] = {}
+        with self._conn() as c:
+            for step, n, v in c.execute(sql + " ORDER BY name, step", args):
+                out.setdefault(n, []).append((step, v))
+        return out
+
+    def event(self, run_id: str, kind: str, message: str | None = None) -> None:
+        self._tx("INSERT INTO events VALUES (?,?,?,?)", (run_id, time.time(), kind, message))
+
+    def events(self, run_id: str) -> list[dict]:
+        with self._conn() as c:
+            return [dict(r) for r in c.execute("SELECT * FROM events WHERE run_id=? ORDER BY time", (run_id,))]
+
+    # --- artifacts ----------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def save_features(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> Path:
+        path = self.run_dir(run_id) / "features" / f"step_{step:06d}.npz"
+        write_atomic(path, lambda p: np.savez(open(p, "wb"), **arrays))
+        return path
+
+    def feature_steps(self, run_id: str) -> list[int]:
+        folder = self.run_dir(run_id) / "features"
+        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.exists() else []
+
+    def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
+        path = self.run_dir(run_id) / "features" / f"step_{step:06d}.npz"
+        if not path.exists():
+            raise StoreError(f"step: run {run_id} has no features at step {step} "
+                             f"(has {self.feature_steps(run_id)})")
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+
+
+def _row(row: sqlite3.Row) -> dict:
+    d = dict(row)
+    d["config"] = json.loads(d.pop("config_json"))
+    d["summary"] = json.loads(d.pop("summary_json")) if d.get("summary_json") else None
+    return d
