@@ -24,7 +24,7 @@ BACKBONES = ("cnn", "vit", "resnet18", "resnet50", "vit_tiny", "vit_small", "dei
 STRATEGIES = ("lp", "fft", "lp-fft", "partial")
 ACCOUNTANTS = ("prv", "rdp", "gdp")
 OPTIMIZERS = ("sgd", "adam", "adamw")
-GRAD_SAMPLE_MODES = ("auto", "hooks", "ghost")
+GRAD_SAMPLE_MODES = ("auto", "bk", "hooks")
 DEVICES = ("auto", "cpu", "cuda")
 _UNHASHED = ("device",)
 

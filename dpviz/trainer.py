@@ -67,7 +67,7 @@ class Loop:
         engine.set_trainable(self.model, plan.trainable)
         module, inputs = self._inputs(plan.trainable)
         private = self.cfg.private
-        stepper = dpsgd.wrap(module) if private else module
+        stepper = dpsgd.Stepper(module, self.cfg.grad_sample_mode) if private else module
         opt = engine.make_optimizer([p for p in module.parameters() if p.requires_grad], self.cfg, plan.lr)
         n, q = len(self.y), phase.sample_rate
         for k in range(plan.steps):
@@ -85,7 +85,7 @@ class Loop:
             self.step += 1
             self.record(st, plan.lr, final=k == plan.steps - 1)
         if private:
-            dpsgd.unwrap(stepper)
+            stepper.close()
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.step) if self.cfg.private else None

@@ -26,7 +26,9 @@ PRETRAIN = {"n": 12000, "epochs": 4, "batch": 128, "lr": 2e-3, "seed": 1234, "ve
 
 
 def cache_key(name: str, channels: int, size: int) -> str:
-    blob = json.dumps({"backbone": name, "channels": channels, "size": size, **PRETRAIN}, sort_keys=True)
+    arch = str(build_backbone(name, channels=channels, size=size))  # a changed architecture retrains
+    blob = json.dumps({"backbone": name, "channels": channels, "size": size, "arch": arch, **PRETRAIN},
+                      sort_keys=True)
     return f"{name}-{channels}x{size}-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

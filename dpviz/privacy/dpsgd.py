@@ -3,7 +3,7 @@
 The clipping and noise are done here rather than by Opacus's optimizer so that
 a multi-phase run keeps one noise generator and one accounting history, and so
 each step can report the clipped fraction and the mean per-sample norm.
-Per-sample gradients come from Opacus's `GradSampleModule` (hooks mode).
+Per-sample norms come from book-keeping (`bk`) or Opacus's `GradSampleModule`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from opacus import GradSampleModule
 from torch import nn
+
+from . import bk
 
 
 @dataclass
@@ -27,23 +29,56 @@ class StepStats:
     grad_norm: float | None = None
 
 
-def wrap(module: nn.Module) -> GradSampleModule:
-    """Attach per-sample gradient hooks to the trainable parameters of ``module``."""
-    return GradSampleModule(module, batch_first=True, loss_reduction="sum")
-
-
-def unwrap(gsm: GradSampleModule) -> nn.Module:
-    """Remove the hooks again (between phases, whose trainable sets differ)."""
-    module = gsm._module
-    gsm._close()
-    return module
-
-
 def _trainable(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
-def private_step(gsm: GradSampleModule, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
+class Stepper:
+    """Per-sample clipping for the trainable parameters of ``module``.
+
+    ``mode`` "bk" uses book-keeping (`bk.BookKeeper`: one backward, no
+    per-sample gradient tensors); "hooks" uses Opacus's `GradSampleModule`,
+    which handles any layer Opacus knows (slower, materialises (B, *shape)).
+    """
+
+    def __init__(self, module: nn.Module, mode: str = "auto"):
+        if mode == "auto":
+            mode = "bk" if bk.supports(module) else "hooks"
+        self.mode, self.module = mode, module
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        if mode == "bk":
+            self.keeper = bk.BookKeeper(module)
+            self.forward = module
+        else:
+            self.forward = GradSampleModule(module, batch_first=True, loss_reduction="sum")
+
+    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float):
+        """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms."""
+        out = self.forward(x)
+        loss_sum = F.cross_entropy(out, y, reduction="sum")
+        if self.mode == "bk":
+            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm)
+            return out, loss_sum, norms
+        loss_sum.backward()
+        B = len(y)
+        gs = [p.grad_sample.reshape(B, -1) for p in self.params]  # each (B, numel)
+        norms = torch.sqrt(sum(g.pow(2).sum(1) for g in gs))  # (B,)
+        factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+        for p, g in zip(self.params, gs):
+            p.grad = (factor @ g).reshape(p.shape)
+            p.grad_sample = None
+        return out, loss_sum, norms
+
+    def close(self) -> nn.Module:
+        """Remove hooks (between phases, whose trainable sets differ)."""
+        if self.mode == "bk":
+            self.keeper.close()
+        else:
+            self.forward._close()
+        return self.module
+
+
+def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
@@ -51,25 +86,18 @@ def private_step(gsm: GradSampleModule, x: torch.Tensor, y: torch.Tensor, *, cli
     norm over all trainable parameters; dividing by the expected batch size
     q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
     """
-    params = _trainable(gsm)
     B = len(y)
     loss = acc = 0.0
     clip_frac = norm_mean = None
+    for p in stepper.params:
+        p.grad = None
     if B > 0:
-        out = gsm(x)
-        loss_sum = F.cross_entropy(out, y, reduction="sum")
-        loss_sum.backward()
-        gs = [p.grad_sample.reshape(B, -1) for p in params]  # each (B, numel)
-        norms = torch.sqrt(sum(g.pow(2).sum(1) for g in gs))  # (B,)
-        factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
-        for p, g in zip(params, gs):
-            p.grad = (factor @ g).reshape(p.shape)
-            p.grad_sample = None
+        out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm)
         loss, acc = loss_sum.item() / B, (out.argmax(1) == y).float().mean().item()
         clip_frac = (norms > clip_norm).float().mean().item()
         norm_mean = norms.mean().item()
-    for p in params:
-        if p.grad is None or B == 0:
+    for p in stepper.params:
+        if p.grad is None:
             p.grad = torch.zeros_like(p)
         noise = torch.randn(p.shape, generator=generator, device=p.device) * (noise_multiplier * clip_norm)
         p.grad = (p.grad + noise) / expected_batch

@@ -1,0 +1,77 @@
+"""DP step time ÷ non-private step time, per strategy and built-in backbone.
+
+Both steps run on the same batch (B = 256 of the default digits task, 16×16),
+timed in alternation; a step is forward + backward (+ clipping and noise for
+DP) + optimizer update. lp-fft is the step-weighted mix of its LP and FFT
+phases at p = 0.3. Usage: python bench/bench_dp_step.py [--batch 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import torch
+
+from common import batch, interleaved, prepared
+from dpviz import engine
+from dpviz.privacy import dpsgd
+
+
+def step_fns(prep, trainable: str, x, y, mode: str):
+    model = prep.model
+    engine.set_trainable(model, trainable)
+    module, inputs = (model.head, engine.backbone_features(model, x, "cpu")) if trainable == "head" else (model, x)
+    twin = copy.deepcopy(module)  # the non-private step runs without any hooks
+    opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    opt_plain = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    stepper = dpsgd.Stepper(module, mode)
+    g = torch.Generator().manual_seed(0)
+
+    def private():
+        opt.zero_grad(set_to_none=True)
+        dpsgd.private_step(stepper, inputs, y, clip_norm=1.0, noise_multiplier=1.0,
+                           expected_batch=len(y), generator=g)
+        opt.step()
+
+    def plain():
+        opt_plain.zero_grad(set_to_none=True)
+        dpsgd.plain_step(twin, inputs, y)
+        opt_plain.step()
+
+    return private, plain, stepper
+
+
+def measure(backbone: str, B: int, mode: str) -> dict:
+    prep = prepared(backbone=backbone, strategy="fft")
+    x, y = batch(prep, B)
+    out = {}
+    for name, trainable in (("lp", "head"), ("fft", "all"), ("partial", "last:1")):
+        private, plain, stepper = step_fns(prep, trainable, x, y, mode)
+        t = interleaved({"dp": private, "plain": plain})
+        stepper.close()
+        out[name] = (t["dp"], t["plain"], stepper.mode)
+    lp, fft = out["lp"], out["fft"]
+    out["lp-fft"] = (0.3 * lp[0] + 0.7 * fft[0], 0.3 * lp[1] + 0.7 * fft[1], fft[2])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--modes", nargs="+", default=["auto", "hooks"])
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print(f"| backbone | strategy | per-sample path | DP step (ms) | non-private step (ms) | ratio |")
+    print("|---|---|---|---|---|---|")
+    for backbone in ("cnn", "vit"):
+        for mode in args.modes:
+            for strat, (dp, plain, used) in measure(backbone, args.batch, mode).items():
+                if mode != "auto" and strat != "fft":
+                    continue
+                print(f"| {backbone} | {strat} | {used} | {dp * 1e3:.1f} | {plain * 1e3:.1f} | {dp / plain:.2f}× |",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Book-keeping DP-SGD (Bu et al., "Differentially private optimization on large
+model at small cost", 2023): per-sample gradient norms and the clipped
+gradient sum from one forward and one backward pass.
+
+Forward hooks keep each trainable layer's input a and output y. One
+``autograd.grad(loss, outputs)`` returns the per-sample output gradients g
+without computing any weight gradient. From (a, g) each layer gives its
+per-sample squared norm, either directly from the per-sample gradient
+(B·d_in·d_out floats) or by the ghost-norm identity
+‖g_iᵀa_i‖² = ⟨a_i a_iᵀ, g_i g_iᵀ⟩ (B·2T² floats), whichever materialises
+less (measured: memory traffic, not flops, decides on a CPU); then the clipped sum Σ_i c_i g_iᵀ a_i is one ordinary weight-gradient
+product with g scaled by the clip factors c.
+
+Supported layers: Linear (any leading dims), Conv2d (groups = 1), GroupNorm,
+LayerNorm and the ViT's `ClsPos`; `supports(model)` tells whether a model
+only has those among its trainable layers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models.vit import ClsPos
+
+SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm, ClsPos)
+
+
+def _trainable_layers(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+
+
+def supports(model: nn.Module) -> bool:
+    """True when every layer with trainable parameters has a rule here."""
+    return all(isinstance(m, SUPPORTED) and not (isinstance(m, nn.Conv2d) and m.groups != 1)
+               for m in _trainable_layers(model))
+
+
+def _unfold(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, L, C·kh·kw) patches, L output positions."""
+    return F.unfold(a, layer.kernel_size, layer.dilation, layer.padding, layer.stride).transpose(1, 2)
+
+
+def _matrix_norm2(a: torch.Tensor, g: torch.Tensor):
+    """Per-sample ‖g_iᵀ a_i‖_F² for a (B, T, din), g (B, T, dout), by the cheaper route.
+
+    Returns:
+        the (B,) squared norms, and the per-sample gradients (B, dout, din) when
+        they were formed (the direct route), so the clipped sum reuses them.
+    """
+    T, din, dout = a.shape[1], a.shape[2], g.shape[2]
+    if 2 * T * T < din * dout:  # memory traffic decides on CPU: B·2T² vs B·din·dout floats
+        return ((a @ a.transpose(1, 2)) * (g @ g.transpose(1, 2))).sum((1, 2)), None
+    ps = g.transpose(1, 2) @ a  # (B, dout, din)
+    return ps.flatten(1).pow(2).sum(1), ps
+
+
+def _normalized(layer, a: torch.Tensor) -> torch.Tensor:
+    if isinstance(layer, nn.GroupNorm):
+        return F.group_norm(a, layer.num_groups, eps=layer.eps)
+    return F.layer_norm(a, layer.normalized_shape, eps=layer.eps)
+
+
+def _per_sample_affine(layer, a, g):
+    """Per-sample grads of a norm layer's (weight, bias): each (B, C)."""
+    xh = _normalized(layer, a)
+    if isinstance(layer, nn.GroupNorm):  # channels on dim 1
+        dims = tuple(range(2, a.dim()))
+        return (g * xh).sum(dims), g.sum(dims)
+    dims = tuple(range(1, a.dim() - len(layer.normalized_shape)))
+    return (g * xh).sum(dims).flatten(1), g.sum(dims).flatten(1)
+
+
+class BookKeeper:
+    """Captures layer inputs/outputs of ``model`` while active."""
+
+    def __init__(self, model: nn.Module):
+        self.layers = _trainable_layers(model)
+        self.cache: dict[nn.Module, tuple] = {}
+        self.handles = [m.register_forward_hook(self._hook) for m in self.layers]
+
+    def _hook(self, module, inputs, output):
+        if torch.is_grad_enabled() and module.training:
+            self.cache[module] = (inputs[0].detach(), output)
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.cache.clear()
+
+    def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set ``p.grad`` = Σ_i min(1, C/‖g_i‖)·g_i for every trainable parameter.
+
+        Returns:
+            per-sample gradient norms (B,) and clip factors (B,).
+        """
+        layers = [m for m in self.layers if m in self.cache]
+        outs = [self.cache[m][1] for m in layers]
+        grads = torch.autograd.grad(loss_sum, outs, allow_unused=True)
+        pairs = [(m, self.cache[m][0], g if g is not None else torch.zeros_like(o))
+                 for m, o, g in zip(layers, outs, grads)]
+        self.cache.clear()
+        B = pairs[0][2].shape[0]
+        norm2 = torch.zeros(B, device=loss_sum.device, dtype=loss_sum.dtype)
+        prepared = []
+        for m, a, g in pairs:
+            n2, state = self._norm2(m, a, g)
+            norm2 += n2
+            prepared.append((m, state))
+        norms = norm2.sqrt()
+        factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+        for m, state in prepared:
+            self._accumulate(m, state, factor)
+        return norms, factor
+
+    def _norm2(self, m, a, g):
+        """Per-sample squared norm over the layer's trainable params, and what `_accumulate` needs."""
+        if isinstance(m, nn.Linear):
+            a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
+            n2, ps = _matrix_norm2(a3, g3) if m.weight.requires_grad else (0, None)
+            if m.bias is not None and m.bias.requires_grad:
+                n2 = n2 + g3.sum(1).pow(2).sum(1)
+            return n2, (a3, g3, ps)
+        if isinstance(m, nn.Conv2d):
+            au, gu = _unfold(m, a), g.flatten(2).transpose(1, 2)  # (B, L, k), (B, L, out)
+            n2, ps = _matrix_norm2(au, gu) if m.weight.requires_grad else (0, None)
+            if m.bias is not None and m.bias.requires_grad:
+                n2 = n2 + gu.sum(1).pow(2).sum(1)
+            return n2, (a, g, ps)
+        if isinstance(m, ClsPos):
+            gc, gp = g[:, :1], g
+            return gc.pow(2).sum((1, 2)) * m.cls.requires_grad + gp.pow(2).sum((1, 2)) * m.pos.requires_grad, g
+        gw, gb = _per_sample_affine(m, a, g)  # GroupNorm / LayerNorm
+        return gw.pow(2).sum(1) * m.weight.requires_grad + gb.pow(2).sum(1) * m.bias.requires_grad, (gw, gb)
+
+    @staticmethod
+    def _accumulate(m, state, c: torch.Tensor) -> None:
+        if isinstance(m, nn.Linear):
+            a3, g3, ps = state
+            gc = g3 * c[:, None, None]
+            if ps is not None:  # per-sample grads at hand: Σ_i c_i G_i
+                m.weight.grad = torch.einsum("b,boi->oi", c, ps)
+            elif m.weight.requires_grad:
+                m.weight.grad = torch.einsum("bto,bti->oi", gc, a3)
+            if m.bias is not None and m.bias.requires_grad:
+                m.bias.grad = gc.sum((0, 1))
+        elif isinstance(m, nn.Conv2d):
+            a, g, ps = state
+            gc = g * c[:, None, None, None]
+            if ps is not None:
+                m.weight.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.weight.shape)
+            elif m.weight.requires_grad:
+                m.weight.grad = torch.nn.grad.conv2d_weight(a, m.weight.shape, gc, m.stride, m.padding, m.dilation)
+            if m.bias is not None and m.bias.requires_grad:
+                m.bias.grad = gc.sum((0, 2, 3))
+        elif isinstance(m, ClsPos):
+            gc = state * c[:, None, None]
+            m.cls.grad, m.pos.grad = gc[:, :1].sum(0, keepdim=True), gc.sum(0, keepdim=True)
+        else:
+            gw, gb = state
+            m.weight.grad = (gw * c[:, None]).sum(0).reshape(m.weight.shape)
+            m.bias.grad = (gb * c[:, None]).sum(0).reshape(m.bias.shape)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# dpviz developer entry point. Every target first makes sure .venv is set up
+# (idempotent: pip runs only when requirements.txt changed).
+#   bash run.sh app     start the dashboard on the embedded default
+#   bash run.sh test    run the whole test suite (slow and browser tests included)
+#   bash run.sh setup   only set up .venv
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+
+setup() {
+  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  local stamp=.venv/.requirements.sha256
+  local want; want=$(sha256sum requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/python -c "import torch, opacus, sklearn" && echo "$want" > "$stamp"
+  fi
+}
+
+case "${1:-test}" in
+  setup) setup ;;
+  test) setup; shift || true; exec .venv/bin/python -m pytest "$@" ;;
+  app) setup; exec .venv/bin/python -m streamlit run app.py ;;
+  *) echo "usage: bash run.sh [app|test|setup]" >&2; exit 2 ;;
+esac
