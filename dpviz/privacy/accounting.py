@@ -42,12 +42,19 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str = "prv") -> fl
 
     PRV returns Opacus's upper bound on ε (not the estimate), so the value is a
     guarantee. A schedule without noise (σ = 0) has ε = ∞; no steps, ε = 0.
+    Opacus's GDP accountant reads only the last history entry, so for GDP the
+    phases (which share σ and q) are merged into one entry first; phases with
+    different σ or q cannot be composed by GDP and raise ValueError.
     """
     history = [(p.noise_multiplier, p.sample_rate, p.steps) for p in phases if p.steps > 0]
     if not history:
         return 0.0
     if any(s <= 0 for s, _, _ in history):
         return math.inf
+    if accountant == "gdp":
+        if len({(s, q) for s, q, _ in history}) > 1:
+            raise ValueError("accountant: gdp composes only phases with one σ and q; use prv or rdp")
+        history = [(history[0][0], history[0][1], sum(t for _, _, t in history))]
     acc = create_accountant(mechanism=accountant)
     acc.history = history
     return float(acc.get_epsilon(delta=delta))

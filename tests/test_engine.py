@@ -1,0 +1,120 @@
+"""Each strategy end to end on the default digits task: real (short) DP training."""
+
+import time
+
+import pytest
+import torch
+from opacus.accountants import create_accountant
+
+import dpviz
+from dpviz import engine
+from dpviz.store import Store
+
+STRATEGIES = ["lp", "fft", "lp-fft", "partial"]
+
+
+def recompute_epsilon(summary):
+    acc = create_accountant(mechanism=summary["accountant"])
+    acc.history = [(p["noise_multiplier"], p["sample_rate"], p["steps"]) for p in summary["phases"]]
+    if summary["accountant"] == "gdp":  # Opacus's GDP reads only its last entry: merge the phases
+        s, q, _ = acc.history[0]
+        acc.history = [(s, q, sum(t for _, _, t in acc.history))]
+    return acc.get_epsilon(delta=summary["delta"])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("accountant", ["prv", "rdp", "gdp"])
+def test_private_run_spends_at_most_target(strategy, accountant, fast_cfg, cache_dir):
+    cfg = fast_cfg(strategy=strategy, epsilon=1.0, accountant=accountant)
+    s = dpviz.run(cfg, cache_dir=cache_dir)
+    assert 0 < s["epsilon_spent"] <= 1.0
+    assert s["epsilon_spent"] == pytest.approx(recompute_epsilon(s), rel=1e-9)
+    assert sum(p["steps"] for p in s["phases"]) == s["total_steps"] == 12
+    assert {p["noise_multiplier"] for p in s["phases"]} == {s["phases"][0]["noise_multiplier"]} != {0.0}
+    assert 0.0 <= s["test_accuracy"] <= 1.0
+    eps = Store(cache_dir).metrics(s["run_id"], "epsilon")["epsilon"]
+    values = [v for _, v in eps]
+    assert values == sorted(values) and values[-1] == pytest.approx(s["epsilon_spent"])
+    assert max(values) <= 1.0
+
+
+def test_lp_fft_splits_steps_by_fraction(fast_cfg, cache_dir):
+    s = dpviz.run(fast_cfg(strategy="lp-fft", lp_fraction=0.3, epochs=4), cache_dir=cache_dir)
+    assert [(p["name"], p["steps"]) for p in s["phases"]] == [("lp", 7), ("fft", 17)]
+
+
+def weights_after(cfg, cache_dir):
+    s = dpviz.run(cfg, cache_dir=cache_dir)
+    state = torch.load(Store(cache_dir).run_dir(s["run_id"]) / "model.pt", weights_only=True)["state_dict"]
+    prep = engine.prepare(cfg, cache_dir=cache_dir, with_curve=False)  # the untouched pretrained model
+    return state, prep.model.state_dict()
+
+
+def changed(after, before, prefix):
+    return any(not torch.equal(after[k], before[k]) for k in before if k.startswith(prefix))
+
+
+def test_lp_keeps_backbone_and_fft_changes_it(fast_cfg, cache_dir):
+    after, before = weights_after(fast_cfg(strategy="lp"), cache_dir)
+    assert not changed(after, before, "backbone.") and changed(after, before, "head.")
+    after, before = weights_after(fast_cfg(strategy="fft"), cache_dir)
+    assert changed(after, before, "backbone.blocks.0.")
+
+
+@pytest.mark.parametrize("backbone", ["cnn", "vit"])
+def test_partial_trains_only_last_blocks(backbone, fast_cfg, cache_dir):
+    after, before = weights_after(fast_cfg(strategy="partial", tune_blocks=1, backbone=backbone), cache_dir)
+    assert changed(after, before, "backbone.blocks.2." if backbone == "cnn" else "backbone.blocks.3.")
+    assert not changed(after, before, "backbone.blocks.0.") and not changed(after, before, "backbone.blocks.1.")
+
+
+def test_same_seed_same_result_and_cache_hit(fast_cfg, cache_dir):
+    cfg = fast_cfg(strategy="lp-fft", epsilon=2.0)
+    first = dpviz.run(cfg, cache_dir=cache_dir)
+    again = dpviz.run(cfg, cache_dir=cache_dir)
+    assert again["cached"] and again["run_id"] == first["run_id"] and not first["cached"]
+    assert len(Store(cache_dir).list_runs()) == 1
+    forced = dpviz.run(cfg, cache_dir=cache_dir, force=True)
+    assert forced["run_id"] != first["run_id"]
+    assert forced["test_accuracy"] == first["test_accuracy"] and forced["test_loss"] == first["test_loss"]
+    other = dpviz.run(cfg.replace(seed=1), cache_dir=cache_dir)
+    assert other["test_loss"] != first["test_loss"]
+
+
+def test_non_private_baseline(fast_cfg, cache_dir):
+    s = dpviz.run(fast_cfg(strategy="fft", epsilon="inf", lr_ft=0.05, epochs=4), cache_dir=cache_dir)
+    assert s["epsilon_spent"] is None and not s["private"]
+    assert all(p["noise_multiplier"] == 0 for p in s["phases"])
+    assert s["test_accuracy"] > 0.5  # real learning happens in 20 plain steps
+
+
+def test_records_metrics_features_and_weights(fast_cfg, cache_dir):
+    s = dpviz.run(fast_cfg(strategy="fft", checkpoint_every=5, eval_subset=50), cache_dir=cache_dir)
+    store = Store(cache_dir)
+    m = store.metrics(s["run_id"])
+    for name in ("loss", "train_accuracy", "epsilon", "clip_fraction", "grad_norm", "lr", "test_accuracy"):
+        assert name in m, name
+    assert [st for st, _ in m["loss"]] == list(range(1, 13))
+    assert [st for st, _ in m["test_accuracy"]] == [0, 5, 10, 12]
+    assert all(0 <= v <= 1 for _, v in m["clip_fraction"])
+    assert store.feature_steps(s["run_id"]) == [0, 5, 10, 12]
+    f = store.load_features(s["run_id"], 12)
+    assert f["labels"].shape == (50,) and f["layer_0"].shape == (50, 256)
+    assert [f[f"layer_{i}"].shape[1] for i in range(1, 4)] == [16, 32, 64]
+    assert not (f["layer_3"] == store.load_features(s["run_id"], 0)["layer_3"]).all()
+    assert (store.run_dir(s["run_id"]) / "model.pt").exists()
+
+
+def test_jobs_run_in_background_and_cancel(fast_cfg, cache_dir):
+    jm = dpviz.JobManager(cache_dir, max_workers=2)
+    slow = jm.submit(fast_cfg(strategy="fft", epochs=200))
+    quick = jm.submit(fast_cfg(strategy="lp"))
+    assert quick.wait(120)["test_accuracy"] is not None
+    while slow.step < 3:
+        time.sleep(0.05)
+    slow.cancel()
+    slow.future.result(60)
+    assert slow.status == "cancelled"
+    assert Store(cache_dir).get_run(slow.run_id)["status"] == "cancelled"
+    jm.shutdown()
+
