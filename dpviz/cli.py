@@ -75,15 +75,11 @@ def cmd_run(args) -> int:
     jm = JobManager(args.cache_dir, max_workers=1)
     job = jm.submit(cfg, force=args.force)
     bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-        bar = tqdm(total=None, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step")
     try:
         while not job.future.done():
-            if bar is not None and job.total_steps:
-                bar.total = job.total_steps
-                bar.n = job.step
-                bar.set_postfix({k: f"{v:.3g}" for k, v in job.last.items() if v is not None}, refresh=True)
+            if not args.quiet and job.total_steps:
+                bar = bar or _bar(cfg, job.total_steps)
+                _update(bar, job.step, job.last)
             time.sleep(0.2)
     except KeyboardInterrupt:
         job.cancel()
@@ -92,11 +88,22 @@ def cmd_run(args) -> int:
         return 130
     finally:
         if bar is not None:
-            bar.n = job.step
+            _update(bar, job.step, job.last)
             bar.close()
     summary = job.wait()
     print(_dump(summary) if args.json else _text(summary))
     return 0
+
+
+def _bar(cfg, total):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step")
+
+
+def _update(bar, step, last):
+    bar.n = step
+    bar.set_postfix({k: f"{v:.3g}" for k, v in last.items() if v is not None}, refresh=True)
 
 
 def _text(s: dict) -> str:

@@ -71,8 +71,8 @@ class RunConfig:
     accountant: str = "prv"
     clip_norm: float = 1.0
     batch_size: int = 256
-    lr_lp: float = 2.0
-    lr_ft: float = 0.5
+    lr_lp: float = 0.5
+    lr_ft: float = 0.01
     optimizer: str = "sgd"
     epochs: int = 20
     seed: int = 0

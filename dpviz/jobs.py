@@ -13,6 +13,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import torch
+
 from .config import RunConfig
 from .engine import Cancelled
 from .runner import run
@@ -54,6 +56,8 @@ class JobManager:
     def __init__(self, cache_dir=None, max_workers: int | None = None):
         self.store = Store(cache_dir)
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
+        if workers > 1:  # torch threads × workers ≤ cores: oversubscribed OpenMP crawls
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)

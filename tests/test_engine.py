@@ -118,3 +118,16 @@ def test_jobs_run_in_background_and_cancel(fast_cfg, cache_dir):
     assert Store(cache_dir).get_run(slow.run_id)["status"] == "cancelled"
     jm.shutdown()
 
+
+
+@pytest.mark.slow
+def test_torchvision_resnet_from_local_weights(fast_cfg, cache_dir, tmp_path):
+    import torchvision
+
+    path = tmp_path / "resnet18.pt"
+    torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), path)
+    s = dpviz.run(fast_cfg(backbone="resnet18", weights=str(path), strategy="partial", tune_blocks=1,
+                           epochs=1, batch_size=512, eval_subset=50), cache_dir=cache_dir)
+    assert s["epsilon_spent"] <= 1.0 and s["test_accuracy"] is not None
+    f = Store(cache_dir).load_features(s["run_id"], s["total_steps"])
+    assert [f[f"layer_{i}"].shape[1] for i in range(1, 5)] == [64, 128, 256, 512]

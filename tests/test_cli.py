@@ -1,0 +1,136 @@
+"""The command line as a user runs it: real subprocesses, real store."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from dpviz.store import Store
+
+FAST = ["--epochs", "2", "--eval-every", "5"]
+
+
+def dpviz(args, env, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dpviz", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def db_snapshot(cache_dir):
+    db = cache_dir / "runs.sqlite"
+    if not db.exists():
+        return None
+    with sqlite3.connect(db) as c:
+        return [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "events")]
+
+
+@pytest.mark.slow
+def test_run_json_list_show_delete(cli_env, cache_dir):
+    r = dpviz(["run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3", "--json", *FAST], cli_env)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    for key in ("run_id", "config", "test_accuracy", "epsilon_spent", "delta", "accountant", "phases"):
+        assert key in s
+    assert s["epsilon_spent"] <= 1.0 and not s["cached"]
+    assert [p["name"] for p in s["phases"]] == ["lp", "fft"]
+    assert set(s["phases"][0]) == {"name", "steps", "noise_multiplier", "sample_rate", "clip_norm"}
+    assert "step" in r.stderr and "100%" in r.stderr  # the progress bar went to stderr
+    again = json.loads(dpviz(["run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3",
+                              "--json", *FAST], cli_env).stdout)
+    assert again["cached"] and again["run_id"] == s["run_id"]
+    listed = json.loads(dpviz(["list", "--json"], cli_env).stdout)
+    assert [x["run_id"] for x in listed] == [s["run_id"]] and listed[0]["status"] == "finished"
+    shown = json.loads(dpviz(["show", s["run_id"], "--json"], cli_env).stdout)
+    assert shown["test_accuracy"] == s["test_accuracy"] and shown["phases"] == s["phases"]
+    assert dpviz(["delete", s["run_id"]], cli_env).returncode == 0
+    assert json.loads(dpviz(["list", "--json"], cli_env).stdout) == []
+    missing = dpviz(["show", s["run_id"]], cli_env)
+    assert missing.returncode == 2 and "run_id" in missing.stderr
+
+
+@pytest.mark.slow
+def test_config_file_and_flags_override(cli_env, tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('strategy = "lp"\nepsilon = 4.0\nepochs = 1\nseed = 5\n')
+    r = dpviz(["run", "--config", str(cfg), "--seed", "6", "--json", "--quiet"], cli_env)
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["config"]
+    assert (c["strategy"], c["epsilon"], c["epochs"], c["seed"]) == ("lp", 4.0, 1, 6)
+
+
+def write(path, text=None, data=None):
+    if data is not None:
+        path.write_bytes(data)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+BAD = [
+    (["--epsilon", "0"], "epsilon"), (["--epsilon", "-2"], "epsilon"),
+    (["--delta", "0.01"], "delta"), (["--delta", "0"], "delta"),
+    (["--lp-fraction", "1.5"], "lp_fraction"), (["--strategy", "partial", "--tune-blocks", "9"], "tune_blocks"),
+    (["--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"], "data_dir"),
+    (["--backbone", "resnet18", "--weights", "CORRUPT"], "weights"),
+    (["--config", "MALFORMED"], "config"), (["--batch-size", "lots"], "batch_size"),
+    (["--no-such-flag", "1"], "arguments"),
+]
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory, backbone_cache):
+    """A store holding one finished run, shared by the bad-input tests."""
+    d = tmp_path_factory.mktemp("seeded") / "cache"
+    d.mkdir()
+    os.symlink(backbone_cache, d / "backbones")
+    env = dict(os.environ, DPVIZ_CACHE_DIR=str(d), PYTHONPATH=str(ROOT))
+    assert dpviz(["run", "--epochs", "1", "--strategy", "lp", "--quiet"], env).returncode == 0
+    return d, env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,field", BAD, ids=[f for _, f in BAD])
+def test_bad_input_one_line_exit_2_store_untouched(flags, field, seeded, tmp_path):
+    cache_dir, cli_env = seeded
+    before = db_snapshot(cache_dir)
+    assert before[0]  # the stored run is there to be protected
+    flags = [write(tmp_path / "w.pt", data=os.urandom(300)) if f == "CORRUPT" else
+             write(tmp_path / "bad.json", "{epsilon: 1,,}") if f == "MALFORMED" else f for f in flags]
+    r = dpviz(["run", *flags, "--quiet"], cli_env)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert db_snapshot(cache_dir) == before
+
+
+@pytest.mark.slow
+def test_killed_run_is_marked_interrupted_and_store_survives(cli_env, cache_dir):
+    ok = dpviz(["run", "--strategy", "lp", "--epochs", "1", "--json", "--quiet"], cli_env)
+    first = json.loads(ok.stdout)["run_id"]
+    p = subprocess.Popen([sys.executable, "-m", "dpviz", "run", "--strategy", "fft", "--epochs", "400",
+                          "--quiet"], env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # wait until it is mid-run with metrics stored
+            runs = [r for r in Store(cache_dir).list_runs() if r["run_id"] != first]
+            if runs and runs[0]["step"] >= 20:
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("the run never got going")
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+    finally:
+        p.kill()
+    store = Store(cache_dir)  # a new start recovers
+    killed = store.get_run(runs[0]["run_id"])
+    assert killed["status"] == "interrupted"
+    assert len(store.metrics(killed["run_id"])["loss"]) >= 10
+    assert store.get_run(first)["status"] == "finished" and store.get_run(first)["summary"]["run_id"] == first
+    listed = json.loads(dpviz(["list", "--json"], cli_env).stdout)
+    assert {r["status"] for r in listed} == {"finished", "interrupted"}
