@@ -32,7 +32,7 @@ def tune(base: RunConfig, eps) -> dict:
     """Best (lr_lp, lr_ft) per strategy at this ε on seed 0."""
     best_lp = max(LP_GRID, key=lambda lr: acc(base.replace(strategy="lp", epsilon=eps, lr_lp=lr))[0])
     best_ft = max(FT_GRID, key=lambda lr: acc(base.replace(strategy="fft", epsilon=eps, lr_ft=lr))[0])
-    best_lpft = max(itertools.product((best_lp,), FT_GRID), key=lambda p: acc(
+    best_lpft = max(itertools.product(LP_GRID, FT_GRID), key=lambda p: acc(
         base.replace(strategy="lp-fft", epsilon=eps, lr_lp=p[0], lr_ft=p[1]))[0])
     return {"lp": (best_lp, base.lr_ft), "fft": (base.lr_lp, best_ft), "lp-fft": best_lpft}
 

@@ -64,17 +64,15 @@ def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.P
     return strategies.plan(cfg, total_steps=total, num_blocks=num_blocks), q
 
 
-def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
-    """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
-    device = resolve_device(cfg.device)
-    bundle = data.load(cfg)
+def _check_delta(cfg: RunConfig, bundle: data.Bundle) -> None:
     if cfg.private and cfg.delta > 1 / bundle.n:
         raise ConfigError("delta", f"must be in (0, 1/n] = (0, {1 / bundle.n:.3g}] for {cfg.dataset} "
                           f"(n = {bundle.n})", cfg.delta)
-    backbone = build_backbone(cfg, bundle, cache_dir)
-    plans, q = schedule(cfg, bundle.n, models.count_blocks(backbone))
-    torch.manual_seed(cfg.seed)  # the head's random initialisation
-    model = models.Classifier(backbone, bundle.num_classes)
+
+
+def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, list[Phase], float]:
+    """Plans, phases with the calibrated σ, and q for a training set of size n."""
+    plans, q = schedule(cfg, n, num_blocks)
     phases = [Phase(p.name, p.steps, 0.0, q, cfg.clip_norm) for p in plans]
     if cfg.private:
         try:
@@ -83,10 +81,38 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
         except ValueError as e:
             raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
         phases = [Phase(p.name, p.steps, sigma, q, cfg.clip_norm) for p in phases]
+    return plans, phases, q
+
+
+def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
+    """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
+    device = resolve_device(cfg.device)
+    bundle = data.load(cfg)
+    _check_delta(cfg, bundle)
+    backbone = build_backbone(cfg, bundle, cache_dir)
+    plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
+    torch.manual_seed(cfg.seed)  # the head's random initialisation
+    model = models.Classifier(backbone, bundle.num_classes)
     prep = Prepared(cfg, bundle, model, plans, phases, q, device)
     if with_curve and cfg.private:
         prep.eps_curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
     return prep
+
+
+def preview(cfg: RunConfig) -> dict:
+    """What a config implies before launch: σ, q and the steps of each phase.
+
+    Validates like `prepare` (dataset, δ ≤ 1/n, blocks, weights) but neither
+    pretrains nor trains, so forms can show it as the user edits.
+    """
+    bundle = data.load(cfg)
+    _check_delta(cfg, bundle)
+    backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size,
+                                     weights=cfg.weights)
+    plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
+    return {"noise_multiplier": phases[0].noise_multiplier, "sample_rate": q, "n_train": bundle.n,
+            "total_steps": sum(p.steps for p in phases), "num_blocks": models.count_blocks(backbone),
+            "phases": [p.to_dict() for p in phases]}
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:

@@ -1,0 +1,14 @@
+"""dpviz dashboard: `streamlit run app.py` (or `bash run.sh app`).
+
+This script only registers the pages; each page renders the shared sidebar
+itself (`dashboard.layout.page_setup`), so deep links work even on a fresh
+server.
+"""
+
+import streamlit as st
+
+pages = [
+    st.Page("pages/runs.py", title="Runs", icon="🚀", default=True),
+    st.Page("pages/compare.py", title="Compare", icon="📈"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,85 @@
+"""Every dpviz figure, built in one place from result tables (`dpviz.results`).
+
+One style for all: a colour per strategy (dash per ε), axis labels with units,
+ε in titles. Pages, notebooks and the export path all call these builders;
+none draws its own copy.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+STRATEGY_COLORS = {"lp": "#1f77b4", "fft": "#d62728", "lp-fft": "#2ca02c", "partial": "#9467bd",
+                   "sparse": "#ff7f0e"}
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+LABELS = {
+    "loss": "training loss (cross-entropy, nats)", "train_accuracy": "training accuracy (fraction)",
+    "test_accuracy": "test accuracy (fraction)", "test_loss": "test loss (cross-entropy, nats)",
+    "epsilon": "ε spent (at the run's δ)", "clip_fraction": "per-sample gradients clipped (fraction)",
+    "grad_norm": "mean per-sample gradient norm (L2)", "lr": "learning rate",
+}
+TEMPLATE = "plotly_white"
+
+
+def color(strategy: str) -> str:
+    return STRATEGY_COLORS.get(strategy, "#7f7f7f")
+
+
+def eps_text(eps) -> str:
+    return "∞" if str(eps) == "inf" else f"{float(eps):g}"
+
+
+def _dash_by_eps(df: pd.DataFrame) -> dict:
+    eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
+    return {e: DASHES[i % len(DASHES)] for i, e in enumerate(eps)}
+
+
+def _title(metric: str, df: pd.DataFrame) -> str:
+    eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
+    return f"{LABELS.get(metric, metric).split(' (')[0].capitalize()} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+
+
+def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=title, xaxis_title="training step",
+                      yaxis_title=ylabel, legend_title="run", showlegend=True, margin=dict(t=60, b=50, l=60, r=20),
+                      height=380, uirevision="keep")  # uirevision: zoom survives live redraws
+    return fig
+
+
+def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
+    """One line per run for ``metric`` (df from `results.curves`)."""
+    fig = go.Figure()
+    d = df[df["metric"] == metric]
+    dash = _dash_by_eps(df) if len(df) else {}
+    for (rid, label, strat, eps), g in d.groupby(["run_id", "label", "strategy", "epsilon"], sort=False):
+        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=label, mode="lines",
+                                 line=dict(color=color(strat), dash=dash.get(str(eps), "solid"))))
+    return _layout(fig, _title(metric, df) if len(df) else LABELS.get(metric, metric), LABELS.get(metric, metric))
+
+
+def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
+    """Mean ± std over seeds per group (bands from `results.seed_bands`)."""
+    fig = go.Figure()
+    d = bands[bands["metric"] == metric]
+    dash = _dash_by_eps(bands) if len(bands) else {}
+    for (grp, strat, eps), g in d.groupby(["group", "strategy", "epsilon"], sort=False):
+        c, n = color(strat), int(g["n"].max())
+        name = f"{strat} ε={eps_text(eps)} (n={n})"
+        fig.add_trace(go.Scatter(x=list(g["step"]) + list(g["step"][::-1]),
+                                 y=list(g["mean"] + g["std"]) + list((g["mean"] - g["std"])[::-1]),
+                                 fill="toself", fillcolor=c, opacity=0.18, line=dict(width=0),
+                                 hoverinfo="skip", showlegend=False, legendgroup=grp))
+        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines", legendgroup=grp,
+                                 line=dict(color=c, dash=dash.get(str(eps), "solid"))))
+    title = (_title(metric, bands) + " (mean ± std over seeds)") if len(bands) else metric
+    return _layout(fig, title, LABELS.get(metric, metric))
+
+
+def with_caption(fig: go.Figure, caption: str) -> go.Figure:
+    """A copy of ``fig`` with ``caption`` printed under the plot (for exported images)."""
+    out = go.Figure(fig)
+    out.update_layout(margin=dict(b=110), legend=dict(orientation="h", y=-0.45, yanchor="top"))
+    out.add_annotation(text=caption, xref="paper", yref="paper", x=0, y=0, yshift=-55, showarrow=False,
+                       xanchor="left", yanchor="top", font=dict(size=12, color="#333"))
+    return out

@@ -1,0 +1,89 @@
+"""Plain, JSON/CSV-ready views of stored runs for figures, pages and notebooks.
+
+Everything here reads the store and returns pandas DataFrames or dicts; no
+plotting, no Streamlit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from .store import Store
+
+CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
+                 "clip_fraction", "grad_norm", "lr")
+_VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
+
+
+def run_label(run: dict) -> str:
+    """Short human label: strategy, ε, and the run id."""
+    c = run["config"]
+    eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
+    extra = f" p={c['lp_fraction']:g}" if c["strategy"] == "lp-fft" else ""
+    return f"{c['strategy']}{extra} ε={eps} seed={c['seed']} [{run['run_id']}]"
+
+
+def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
+    """Long table: run_id, label, strategy, epsilon, seed, group, step, metric, value."""
+    frames = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        m = store.metrics(rid)
+        rows = [(step, name, v) for name in metrics for step, v in m.get(name, []) if v is not None]
+        df = pd.DataFrame(rows, columns=["step", "metric", "value"])
+        c = run["config"]
+        df.insert(0, "run_id", rid)
+        df.insert(1, "label", run_label(run))
+        df.insert(2, "strategy", c["strategy"])
+        df.insert(3, "epsilon", c["epsilon"])
+        df.insert(4, "seed", c["seed"])
+        df.insert(5, "group", group_key(c))
+        frames.append(df)
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def group_key(config: dict) -> str:
+    """Runs with the same key differ only by seed (and bookkeeping fields)."""
+    return json.dumps({k: v for k, v in sorted(config.items()) if k not in _VARYING_IGNORED})
+
+
+def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds per (group, metric, step); n = number of runs."""
+    g = df.groupby(["group", "strategy", "epsilon", "metric", "step"])["value"]
+    out = g.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "n"})
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
+    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status."""
+    rows = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        c, s = run["config"], run["summary"] or {}
+        rows.append({
+            "run_id": rid, "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
+            "backbone": c["backbone"], "epsilon": c["epsilon"], "delta": c["delta"],
+            "lp_fraction": c["lp_fraction"], "seed": c["seed"], "epochs": c["epochs"],
+            "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
+            "epsilon_spent": s.get("epsilon_spent"), "wall_time_s": s.get("wall_time_s"),
+            "step": run["step"], "total_steps": run["total_steps"],
+        })
+    return pd.DataFrame(rows)
+
+
+def caption(configs: list[dict]) -> str:
+    """One-line description of the runs behind a figure, for exported images."""
+    parts = []
+    for c in configs:
+        eps = "∞ (no DP)" if str(c["epsilon"]) == "inf" or not math.isfinite(float(c["epsilon"])) \
+            else f"{float(c['epsilon']):g}"
+        s = f"{c['strategy']}" + (f" (p={c['lp_fraction']:g})" if c["strategy"] == "lp-fft" else "")
+        parts.append(f"{s}, (ε={eps}, δ={float(c['delta']):.0e}), {c['dataset']}/{c['backbone']}")
+    uniq = list(dict.fromkeys(parts))
+    more = f" … (+{len(uniq) - 4})" if len(uniq) > 4 else ""
+    return "dpviz: " + "; ".join(uniq[:4]) + more

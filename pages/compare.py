@@ -1,0 +1,44 @@
+"""Compare: overlay stored runs, seed bands, final metrics, export."""
+
+import streamlit as st
+
+from dashboard import layout, runs, state
+from dpviz import figures, results
+
+layout.page_setup("Compare", r"""
+Overlay several stored runs. Runs whose configurations differ only by the seed are also drawn as
+mean ± one standard deviation bands. The table lists each run's final test accuracy, the ε it spent
+(composed over all phases by its accountant) and its wall time.
+""")
+
+store = state.store()
+all_runs = store.list_runs()
+labels = {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in reversed(all_runs)}
+default = [r for r in st.session_state.get("selected_runs", []) if r in labels] or list(labels)[:3]
+chosen = st.multiselect("runs", list(labels), default=default, format_func=labels.get, key="cmp_runs")
+metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS).index("test_accuracy"),
+                      format_func=figures.LABELS.get, key="cmp_metric")
+
+if not chosen:
+    st.info("Select runs to compare (launch some on the Runs page).")
+    st.stop()
+
+df = results.curves(store, chosen)
+configs = [store.get_run(r)["config"] for r in chosen]
+fig = figures.metric_curves(df, metric)
+st.plotly_chart(fig, key="cmp_curves")
+runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves")
+
+bands = results.seed_bands(df)
+if (bands["n"] > 1).any():
+    bfig = figures.band_curves(bands, metric)
+    st.plotly_chart(bfig, key="cmp_bands")
+    runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands")
+
+table = results.final_table(store, chosen)
+st.dataframe(table, hide_index=True, key="cmp_table")
+best = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
+if len(best):
+    b = best.iloc[0]
+    layout.reading(f"best final test accuracy {b['test_accuracy']:.3f}: {b['strategy']} at ε = {b['epsilon']} "
+                   f"(spent {b['epsilon_spent'] if b['epsilon_spent'] is not None else '—'}).")
