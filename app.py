@@ -8,7 +8,7 @@ server.
 import streamlit as st
 
 pages = [
-    st.Page("pages/runs.py", title="Runs", icon="🚀", default=True),
-    st.Page("pages/compare.py", title="Compare", icon="📈"),
+    st.Page("pages/runs.py", title="Runs", icon=":material/rocket_launch:", default=True),
+    st.Page("pages/compare.py", title="Compare", icon=":material/stacked_line_chart:"),
 ]
 st.navigation(pages).run()

@@ -70,7 +70,7 @@ def render_run_form() -> tuple[RunConfig | None, dict | None]:
         cfg = RunConfig(**fields)
         prev = _preview(cfg.to_json())
     except DpvizError as e:
-        st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon="🚫")
+        st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
         return None, None
     render_preview(cfg, prev)
     return cfg, prev
@@ -82,6 +82,6 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
     if cfg.private:
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "
-                f"({cfg.accountant.upper()}). Phases: {phases}.", icon="🔒")
+                f"({cfg.accountant.upper()}). Phases: {phases}.", icon=":material/lock:")
     else:
-        st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon="🔓")
+        st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")

@@ -14,7 +14,7 @@ def page_setup(title: str, intro: str) -> None:
     Every page calls this first, so a deep link that Streamlit serves before
     `app.py` has run still gets the shared sidebar.
     """
-    st.set_page_config(page_title=f"dpviz · {title}", page_icon="🔒", layout="wide")
+    st.set_page_config(page_title=f"dpviz · {title}", page_icon=":material/lock:", layout="wide")
     render_sidebar()
     st.title(title)
     st.markdown(intro)

@@ -31,8 +31,9 @@ def render_live() -> None:
         c1, c2 = st.columns([6, 1])
         frac = (job.step / job.total_steps) if job.total_steps else 0.0
         acc = job.last.get("test_accuracy")
-        text = (f"{job.run_id or 'preparing…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · "
-                f"{job.status} · step {job.step}/{job.total_steps or '?'}"
+        status = job.status if job.run_id or job.done else "preparing (data, backbone, noise calibration)"
+        text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · "
+                f"{status} · step {job.step}/{job.total_steps or '?'}"
                 + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))
         c1.progress(min(frac, 1.0), text=text)
         if not job.done and c2.button("Cancel", key=f"cancel-{job.job_id}"):
@@ -42,7 +43,9 @@ def render_live() -> None:
         df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
         cols = st.columns(len(LIVE_METRICS))
         for col, (metric, _) in zip(cols, LIVE_METRICS):
-            col.plotly_chart(figures.metric_curves(df, metric), key=f"live-{metric}")
+            fig = figures.metric_curves(df, metric)
+            fig.update_layout(showlegend=False, height=320)  # small multiples: labels are in the bars above
+            col.plotly_chart(fig, key=f"live-{metric}")
 
 
 def render_run_table() -> list[str]:

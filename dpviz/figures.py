@@ -37,7 +37,8 @@ def _dash_by_eps(df: pd.DataFrame) -> dict:
 
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
-    return f"{LABELS.get(metric, metric).split(' (')[0].capitalize()} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+    name = LABELS.get(metric, metric).split(" (")[0]
+    return f"{name[:1].upper() + name[1:]} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
 
 
 def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:
@@ -52,9 +53,12 @@ def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
     fig = go.Figure()
     d = df[df["metric"] == metric]
     dash = _dash_by_eps(df) if len(df) else {}
+    seen: dict = {}
     for (rid, label, strat, eps), g in d.groupby(["run_id", "label", "strategy", "epsilon"], sort=False):
+        k = seen[(strat, str(eps))] = seen.get((strat, str(eps)), -1) + 1  # same strategy and ε: vary dash
+        style = DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k) % len(DASHES)]
         fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=label, mode="lines",
-                                 line=dict(color=color(strat), dash=dash.get(str(eps), "solid"))))
+                                 line=dict(color=color(strat), dash=style)))
     return _layout(fig, _title(metric, df) if len(df) else LABELS.get(metric, metric), LABELS.get(metric, metric))
 
 

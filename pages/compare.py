@@ -23,22 +23,33 @@ if not chosen:
     st.info("Select runs to compare (launch some on the Runs page).")
     st.stop()
 
-df = results.curves(store, chosen)
-configs = [store.get_run(r)["config"] for r in chosen]
-fig = figures.metric_curves(df, metric)
-st.plotly_chart(fig, key="cmp_curves")
-runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves")
+live = any(store.get_run(r)["status"] == "running" for r in chosen)
 
-bands = results.seed_bands(df)
-if (bands["n"] > 1).any():
-    bfig = figures.band_curves(bands, metric)
-    st.plotly_chart(bfig, key="cmp_bands")
-    runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands")
 
-table = results.final_table(store, chosen)
-st.dataframe(table, hide_index=True, key="cmp_table")
-best = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
-if len(best):
-    b = best.iloc[0]
-    layout.reading(f"best final test accuracy {b['test_accuracy']:.3f}: {b['strategy']} at ε = {b['epsilon']} "
-                   f"(spent {b['epsilon_spent'] if b['epsilon_spent'] is not None else '—'}).")
+@st.fragment(run_every=2.0 if live else None)
+def render_figures():
+    """Curves, bands, table; redrawn every 2 s while a chosen run trains."""
+    df = results.curves(store, chosen)
+    configs = [store.get_run(r)["config"] for r in chosen]
+    fig = figures.metric_curves(df, metric)
+    st.plotly_chart(fig, key="cmp_curves")
+    runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves")
+    bands = results.seed_bands(df)
+    if (bands["n"] > 1).any():
+        bfig = figures.band_curves(bands, metric)
+        st.plotly_chart(bfig, key="cmp_bands")
+        runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands")
+    table = results.final_table(store, chosen)
+    st.dataframe(table, hide_index=True, key="cmp_table",
+                 column_config={"test_accuracy": st.column_config.NumberColumn(format="%.3f"),
+                                "epsilon_spent": st.column_config.NumberColumn(format="%.3f")})
+    done = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
+    if len(done):
+        b = done.iloc[0]
+        spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
+            else f"ε spent {b['epsilon_spent']:.3f}"
+        layout.reading(f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} "
+                       f"at ε = {b['epsilon']} ({spent}).")
+
+
+render_figures()

@@ -27,4 +27,4 @@ st.subheader("3 · Stored runs")
 selected = runs.render_run_table()
 st.session_state["selected_runs"] = selected
 if selected:
-    st.page_link("pages/compare.py", label=f"Compare the {len(selected)} selected run(s) →", icon="📈")
+    st.page_link("pages/compare.py", label=f"Compare the {len(selected)} selected run(s) →", icon=":material/stacked_line_chart:")

@@ -1,0 +1,74 @@
+"""Every dashboard page under Streamlit's AppTest: renders, has its widgets, launches, rejects bad input."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from dpviz.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = {"app.py": ["ε (privacy budget, log scale)", "Launch run"],
+         "pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
+         "pages/compare.py": ["runs", "metric"]}
+
+
+@pytest.fixture
+def app_env(cache_dir, monkeypatch):
+    monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
+    st.cache_resource.clear()  # a fresh job registry bound to this test's store
+    st.cache_data.clear()
+    yield cache_dir
+    from dashboard import state
+    state.job_manager().shutdown()
+    st.cache_resource.clear()
+
+
+def labels(at):
+    found = [w.label for kind in ("select_slider", "slider", "button", "multiselect", "selectbox", "number_input")
+             for w in getattr(at, kind)]
+    return found
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_renders_with_its_widgets(page, app_env, fast_cfg):
+    import dpviz
+    dpviz.run(fast_cfg(strategy="lp"), cache_dir=app_env)  # something stored to show
+    at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    for label in PAGES[page]:
+        assert label in labels(at), (label, labels(at))
+
+
+def test_launch_from_form_creates_a_run(app_env):
+    at = AppTest.from_file(str(ROOT / "pages/runs.py"), default_timeout=120).run()
+    at.number_input(key="f_epochs").set_value(1).run()
+    at.select_slider(key="f_epsilon").set_value(2.0).run()
+    assert "σ =" in at.info[0].value and "ε = 2" in at.info[0].value
+    at.button(key="launch").click().run()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        runs = Store(app_env).list_runs()
+        if runs and runs[0]["status"] == "finished":
+            break
+        time.sleep(0.5)
+    assert runs and runs[0]["status"] == "finished"
+    assert runs[0]["config"]["epsilon"] == 2.0 and runs[0]["config"]["epochs"] == 1
+    assert runs[0]["summary"]["epsilon_spent"] <= 2.0
+
+
+@pytest.mark.parametrize("key,value,field", [("f_delta", 0.5, "delta"), ("f_strategy", "partial", "tune_blocks"),
+                                             ("f_dataset", "cifar10", "data_dir")])
+def test_bad_form_input_shows_error_and_launches_nothing(key, value, field, app_env):
+    at = AppTest.from_file(str(ROOT / "pages/runs.py"), default_timeout=120).run()
+    widget = at.selectbox(key=key) if key.startswith(("f_strategy", "f_dataset")) else at.number_input(key=key)
+    widget.set_value(value).run()
+    if field == "tune_blocks":  # the built-in CNN has 3 blocks
+        at.number_input(key="f_tune_blocks").set_value(9).run()
+    assert at.error and field in at.error[0].value
+    assert not [b for b in at.button if b.key == "launch"]
+    assert Store(app_env).list_runs() == []

@@ -1,0 +1,65 @@
+"""The dashboard in a real browser: sliders, a launch, live charts, deep links, PNG export."""
+
+import io
+import time
+
+import pytest
+from PIL import Image
+
+from browser_util import browser, need_chromium, server
+from dpviz.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def plot_points(page, index: int) -> int:
+    """How many points the index-th plotly chart's traces hold (0 if not drawn yet)."""
+    return page.evaluate(f"""() => {{
+        const p = document.querySelectorAll('.js-plotly-plot')[{index}];
+        if (!p || !p._fullData) return 0;
+        return p._fullData.reduce((n, t) => n + (t._length || (t.x && t.x.length) || 0), 0); }}""")
+
+
+def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
+    need_chromium()
+    with browser() as b, server(cache_dir, tmp_path / "server.log") as url:
+        page = b.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(url, timeout=60000)
+        page.get_by_text("Launch run").wait_for(timeout=90000)
+        sliders = page.get_by_role("slider")
+        eps, lp = sliders.nth(0), sliders.nth(1)
+        eps.focus()
+        page.keyboard.press("ArrowRight")  # ε 1.0 → 1.5
+        page.get_by_text("ε = 1.5,").wait_for(timeout=60000)
+        lp.focus()
+        for _ in range(4):  # p 0.30 → 0.50
+            page.keyboard.press("ArrowRight")
+        page.get_by_text("lp 60 steps").wait_for(timeout=60000)
+        epochs = page.get_by_label("epochs")
+        epochs.fill("8")
+        epochs.press("Enter")
+        page.get_by_text("lp 24 steps").wait_for(timeout=60000)
+        page.get_by_text("Launch run").click()
+        deadline, grown = time.time() + 180, 0
+        while time.time() < deadline and grown < 3:  # the test-accuracy chart (2nd live chart) grows
+            grown = plot_points(page, 1)
+            time.sleep(0.5)
+        assert grown >= 3, "the live accuracy chart never grew"
+        run = Store(cache_dir).list_runs()[0]
+        assert run["config"]["epsilon"] == 1.5 and run["config"]["lp_fraction"] == 0.5
+    # A deep link as the very first request of a fresh server opens Compare with the shared sidebar.
+    while Store(cache_dir).list_runs()[0]["status"] == "running":
+        time.sleep(0.5)
+    with browser() as b, server(cache_dir, tmp_path / "server2.log") as url:
+        page = b.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+        page.goto(url + "/compare", timeout=60000)
+        page.get_by_role("heading", name="Compare").wait_for(timeout=90000)
+        assert page.get_by_text("Differentially private fine-tuning lab").is_visible()
+        assert page.get_by_role("link", name="Runs").count() >= 1
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0", timeout=60000)
+        with page.expect_download(timeout=60000) as dl:
+            page.get_by_role("button", name="PNG", exact=True).first.click()
+        path = dl.value.path()
+        assert dl.value.suggested_filename.endswith(".png")
+        img = Image.open(io.BytesIO(open(path, "rb").read()))
+        assert img.format == "PNG" and img.size == (900, 520)
