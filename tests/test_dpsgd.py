@@ -71,3 +71,16 @@ def test_noise_has_std_sigma_c_over_expected_batch():
         draws.append(head.weight.grad.flatten())
     std = torch.cat(draws).std().item()
     assert std == pytest.approx(3.0 * 2.0 / 10.0, rel=0.05)
+
+
+def test_closed_form_head_matches_per_example_loop():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(12, 5).double()
+    f, y = torch.randn(9, 12, dtype=torch.float64) * 3, torch.randint(0, 5, (9,))
+    ref, ref_norms = loop_clipped_sum(copy.deepcopy(head), f, y, C=0.7)
+    st = Stepper(head, "auto")
+    assert st.mode == "head"
+    out, loss, norms = st.clipped_sum(f, y, 0.7)
+    assert torch.allclose(norms, ref_norms) and (norms > 0.7).any()
+    assert torch.allclose(head.weight.grad, ref[0]) and torch.allclose(head.bias.grad, ref[1])
+    assert loss.item() == pytest.approx(F.cross_entropy(head(f), y, reduction="sum").item())

@@ -62,9 +62,18 @@ def _normalized(layer, a: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(a, layer.normalized_shape, eps=layer.eps)
 
 
-def _per_sample_affine(layer, a, g):
-    """Per-sample grads of a norm layer's (weight, bias): each (B, C)."""
-    xh = _normalized(layer, a)
+def _per_sample_affine(layer, a, g, y=None):
+    """Per-sample grads of a norm layer's (weight, bias): each (B, C).
+
+    The normalised input x̂ is read back from the output y = w·x̂ + b when every
+    |w| is safely away from 0 (no second normalisation pass), else recomputed.
+    """
+    w = layer.weight
+    if y is not None and bool((w.abs() > 1e-3).all()):
+        shape = (1, -1) + (1,) * (a.dim() - 2) if isinstance(layer, nn.GroupNorm) else w.shape
+        xh = (y.detach() - layer.bias.reshape(shape)) / w.reshape(shape)
+    else:
+        xh = _normalized(layer, a)
     if isinstance(layer, nn.GroupNorm):  # channels on dim 1
         dims = tuple(range(2, a.dim()))
         return (g * xh).sum(dims), g.sum(dims)
@@ -78,6 +87,7 @@ class BookKeeper:
     def __init__(self, model: nn.Module):
         self.layers = _trainable_layers(model)
         self.cache: dict[nn.Module, tuple] = {}
+        self._out: dict[nn.Module, torch.Tensor] = {}  # norm-layer outputs during one step
         self.handles = [m.register_forward_hook(self._hook) for m in self.layers]
 
     def _hook(self, module, inputs, output):
@@ -100,6 +110,7 @@ class BookKeeper:
         grads = torch.autograd.grad(loss_sum, outs, allow_unused=True)
         pairs = [(m, self.cache[m][0], g if g is not None else torch.zeros_like(o))
                  for m, o, g in zip(layers, outs, grads)]
+        self._out = {m: o for m, o in zip(layers, outs) if isinstance(m, (nn.GroupNorm, nn.LayerNorm))}
         self.cache.clear()
         B = pairs[0][2].shape[0]
         norm2 = torch.zeros(B, device=loss_sum.device, dtype=loss_sum.dtype)
@@ -108,6 +119,7 @@ class BookKeeper:
             n2, state = self._norm2(m, a, g)
             norm2 += n2
             prepared.append((m, state))
+        self._out = {}
         norms = norm2.sqrt()
         factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
         for m, state in prepared:
@@ -131,7 +143,7 @@ class BookKeeper:
         if isinstance(m, ClsPos):
             gc, gp = g[:, :1], g
             return gc.pow(2).sum((1, 2)) * m.cls.requires_grad + gp.pow(2).sum((1, 2)) * m.pos.requires_grad, g
-        gw, gb = _per_sample_affine(m, a, g)  # GroupNorm / LayerNorm
+        gw, gb = _per_sample_affine(m, a, g, self._out.get(m))  # GroupNorm / LayerNorm
         return gw.pow(2).sum(1) * m.weight.requires_grad + gb.pow(2).sum(1) * m.bias.requires_grad, (gw, gb)
 
     @staticmethod
@@ -141,8 +153,8 @@ class BookKeeper:
             gc = g3 * c[:, None, None]
             if ps is not None:  # per-sample grads at hand: Σ_i c_i G_i
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps)
-            elif m.weight.requires_grad:
-                m.weight.grad = torch.einsum("bto,bti->oi", gc, a3)
+            elif m.weight.requires_grad:  # one (out, B·T)·(B·T, in) GEMM
+                m.weight.grad = gc.reshape(-1, gc.shape[-1]).T @ a3.reshape(-1, a3.shape[-1])
             if m.bias is not None and m.bias.requires_grad:
                 m.bias.grad = gc.sum((0, 1))
         elif isinstance(m, nn.Conv2d):

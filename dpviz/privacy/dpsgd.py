@@ -44,9 +44,13 @@ class Stepper:
     def __init__(self, module: nn.Module, mode: str = "auto"):
         if mode == "auto":
             mode = "bk" if bk.supports(module) else "hooks"
+        if mode == "bk" and type(module) is nn.Linear and module.bias is not None:
+            mode = "head"  # a lone linear head (LP on cached features): closed form, no autograd
         self.mode, self.module = mode, module
         self.params = [p for p in module.parameters() if p.requires_grad]
-        if mode == "bk":
+        if mode == "head":
+            self.forward = module
+        elif mode == "bk":
             self.keeper = bk.BookKeeper(module)
             self.forward = module
         else:
@@ -54,6 +58,8 @@ class Stepper:
 
     def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float):
         """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms."""
+        if self.mode == "head":
+            return _head_clipped_sum(self.module, x, y, clip_norm)
         out = self.forward(x)
         loss_sum = F.cross_entropy(out, y, reduction="sum")
         if self.mode == "bk":
@@ -73,9 +79,27 @@ class Stepper:
         """Remove hooks (between phases, whose trainable sets differ)."""
         if self.mode == "bk":
             self.keeper.close()
-        else:
+        elif self.mode == "hooks":
             self.forward._close()
         return self.module
+
+
+@torch.no_grad()
+def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_norm: float):
+    """Clipped gradient sum of cross-entropy for a linear head, in closed form.
+
+    For logits z_i = W f_i + b the per-sample gradients are g_i = (p_i − e_{y_i}) [f_i, 1]ᵀ,
+    so ‖g_i‖ = ‖p_i − e_{y_i}‖·√(‖f_i‖² + 1) and Σ c_i g_i is one (K, B)·(B, d) product.
+    """
+    out = f @ head.weight.T + head.bias  # (B, K)
+    logp = out.log_softmax(1)
+    err = logp.exp()
+    err[torch.arange(len(y)), y] -= 1  # p − onehot, (B, K)
+    norms = err.norm(dim=1) * torch.sqrt(f.pow(2).sum(1) + 1)  # (B,)
+    c = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+    ce = err * c[:, None]
+    head.weight.grad, head.bias.grad = ce.T @ f, ce.sum(0)
+    return out, -logp[torch.arange(len(y)), y].sum(), norms
 
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,

@@ -1,0 +1,33 @@
+"""The notebook runs top to bottom on the library and reproduces the Compare page's figure."""
+
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from dpviz import figures, results
+from dpviz.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_executes_and_matches_dashboard_figure(cache_dir, tmp_path, monkeypatch):
+    out = tmp_path / "fig.html"
+    monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("DPVIZ_NB_EPOCHS", "2")
+    monkeypatch.setenv("DPVIZ_NB_OUT", str(out))
+    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    store = Store(cache_dir)
+    runs = store.list_runs()
+    assert sorted(r["config"]["strategy"] for r in runs) == ["fft", "lp", "lp-fft"]
+    # The figure the notebook exported holds exactly the traces the dashboard draws for these runs.
+    fig = figures.metric_curves(results.curves(store, [r["run_id"] for r in runs]), "test_accuracy")
+    html = out.read_text()
+    for trace in fig.data:  # plotly writes non-ASCII as JSON escapes
+        assert json.dumps(trace.name)[1:-1] in html
+    assert json.dumps(results.caption([r["config"] for r in runs]))[1:-1][:40] in html  # the caption
