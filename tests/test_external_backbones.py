@@ -12,6 +12,7 @@ from opacus import GradSampleModule
 from torch import nn
 
 from dpviz.errors import BackboneError, ConfigError
+import dpviz.models.external  # noqa: F401  (registers the builders)
 from dpviz.models import BUILDERS, Classifier, build_backbone
 from dpviz.models.external import check_opacus_compatible
 

@@ -13,8 +13,6 @@ import functools
 
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits as _sk_load
-from sklearn.model_selection import train_test_split
 
 from . import Bundle, register, to_unit_range
 
@@ -23,12 +21,20 @@ SIZE = 16
 
 @functools.lru_cache(maxsize=1)
 def _arrays():
+    from sklearn.model_selection import train_test_split  # lazy: sklearn takes ~1 s to import
+
     d = _sk_load()
     x = torch.tensor(d.images, dtype=torch.float32)[:, None]  # (1797, 1, 8, 8)
     x = F.interpolate(x, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
     y = torch.tensor(d.target, dtype=torch.long)
     tr, te = train_test_split(range(len(y)), test_size=0.2, stratify=y.numpy(), random_state=0)
     return to_unit_range(x.clamp(0, 16), 16.0), y, torch.tensor(tr), torch.tensor(te)
+
+
+def _sk_load():
+    from sklearn.datasets import load_digits
+
+    return load_digits()
 
 
 @register("digits")

@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from sklearn.model_selection import train_test_split
-from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from ..errors import ConfigError
 from . import Bundle, register, to_unit_range
@@ -86,6 +84,8 @@ def _mnist(name: str, title: str, folder: str, cfg) -> Bundle:
     raw = root / folder / "raw"
     stems = [f"{s}-{kind}" for s in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
     _require(title, root, [raw / s for s in stems])
+    from torchvision.datasets.mnist import read_image_file, read_label_file  # lazy: torchvision is slow to import
+
     splits = []
     for s in ("train", "t10k"):
         xp, yp = raw / f"{s}-images-idx3-ubyte", raw / f"{s}-labels-idx1-ubyte"
@@ -225,6 +225,8 @@ def load_folder(cfg) -> Bundle:
         train, test = (_read_images(paths), labels), (_read_images(te_paths), te_labels)
         return _bundle("folder", train, test, len(classes))
     try:  # fixed stratified 80/20 split, independent of the run's seed
+        from sklearn.model_selection import train_test_split  # lazy: slow to import
+
         i_tr, i_te = train_test_split(np.arange(len(paths)), test_size=0.2, stratify=labels, random_state=0)
     except ValueError as e:
         raise ConfigError("data_dir", f"cannot split {root} 80/20 by class; each class needs at least "

@@ -50,6 +50,8 @@ def build_backbone(name: str, *, channels: int, size: int, weights: str | None =
     them on public data and caches the weights); torchvision/timm backbones
     load ``weights``.
     """
+    if name in EXTERNAL and name not in BUILDERS:
+        from . import external  # noqa: F401  (torchvision/timm: imported only when asked for)
     if name not in BUILDERS:
         raise ConfigError("backbone", f"one of {', '.join(sorted(BUILDERS))}", name)
     return BUILDERS[name](channels=channels, size=size, weights=weights)
@@ -61,7 +63,4 @@ def count_blocks(backbone: nn.Module) -> int:
 
 from . import cnn, vit  # noqa: E402,F401  (registration)
 
-try:  # torchvision / timm backbones from local weights
-    from . import external  # noqa: E402,F401
-except ImportError:  # pragma: no cover - module added separately
-    pass
+EXTERNAL = ("resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")
