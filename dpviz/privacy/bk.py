@@ -150,13 +150,14 @@ class BookKeeper:
     def _accumulate(m, state, c: torch.Tensor) -> None:
         if isinstance(m, nn.Linear):
             a3, g3, ps = state
-            gc = g3 * c[:, None, None]
+            cc = c[:, None, None]
             if ps is not None:  # per-sample grads at hand: Σ_i c_i G_i
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps)
-            elif m.weight.requires_grad:  # one (out, B·T)·(B·T, in) GEMM
-                m.weight.grad = gc.reshape(-1, gc.shape[-1]).T @ a3.reshape(-1, a3.shape[-1])
+            elif m.weight.requires_grad:  # one (out, B·T)·(B·T, in) GEMM; scale the narrower side
+                gs, as_ = (g3 * cc, a3) if g3.shape[-1] <= a3.shape[-1] else (g3, a3 * cc)
+                m.weight.grad = gs.reshape(-1, gs.shape[-1]).T @ as_.reshape(-1, as_.shape[-1])
             if m.bias is not None and m.bias.requires_grad:
-                m.bias.grad = gc.sum((0, 1))
+                m.bias.grad = (g3.sum(1) * c[:, None]).sum(0)
         elif isinstance(m, nn.Conv2d):
             a, g, ps = state
             gc = g * c[:, None, None, None]
