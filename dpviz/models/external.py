@@ -34,7 +34,7 @@ from torch.nn import functional as F
 
 from ..errors import BackboneError, ConfigError
 from . import register
-from .vit import ClsPos
+from .vit import ClsPos, ClsTokenFeatures
 
 HEAD_PREFIXES = ("fc.", "head.")
 SHOWN_KEYS = 3  # how many mismatched keys an error names
@@ -187,7 +187,7 @@ def build_resnet(name: str, *, channels: int, size: int, weights=None) -> ResNet
     return model
 
 
-class TimmViTBackbone(nn.Module):
+class TimmViTBackbone(ClsTokenFeatures, nn.Module):
     """timm ViT/DeiT; blocks = its transformer blocks, features = CLS token."""
 
     def __init__(self, vit: nn.Module):
@@ -207,17 +207,6 @@ class TimmViTBackbone(nn.Module):
         if x.shape[-2:] != (self.img_size, self.img_size):  # slow on CPU at 224
             x = F.interpolate(x, size=(self.img_size,) * 2, mode="bilinear", align_corners=False)
         return self.clspos(self.patch_embed(x))  # (B, T+1, D)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer_features(x)[-1]
-
-    def layer_features(self, x: torch.Tensor) -> list[torch.Tensor]:
-        out, t = [x.flatten(1)], self._tokens(x)
-        for i, b in enumerate(self.blocks):
-            t = b(t)
-            last = i == len(self.blocks) - 1
-            out.append((self.norm(t) if last else t)[:, 0])  # CLS token, (B, D)
-        return out
 
 
 def vit_img_size(state: dict, patch: int = 16) -> int:

@@ -61,7 +61,25 @@ class Block(nn.Module):
         return x + self.mlp(self.n2(x))
 
 
-class SmallViT(nn.Module):
+class ClsTokenFeatures:
+    """Features of a token model with ``_tokens``, ``blocks`` and a final ``norm``."""
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        t = self._tokens(x)
+        for b in self.blocks:
+            t = b(t)
+        return self.norm(t)[:, 0]
+
+    def layer_features(self, x: torch.Tensor) -> list[torch.Tensor]:
+        out, t = [x.flatten(1)], self._tokens(x)
+        for i, b in enumerate(self.blocks):
+            t = b(t)
+            last = i == len(self.blocks) - 1
+            out.append((self.norm(t) if last else t)[:, 0])  # CLS token, (B, D)
+        return out
+
+
+class SmallViT(ClsTokenFeatures, nn.Module):
     """Patch embedding, `depth` pre-norm blocks, final LayerNorm; features = CLS token."""
 
     def __init__(self, channels: int = 1, size: int = 16, dim: int = 64, depth: int = 4, heads: int = 4):
@@ -77,19 +95,6 @@ class SmallViT(nn.Module):
     def _tokens(self, x: torch.Tensor) -> torch.Tensor:
         return self.clspos(self.patch(x).flatten(2).transpose(1, 2))  # (B, T+1, D)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        t = self._tokens(x)
-        for b in self.blocks:
-            t = b(t)
-        return self.norm(t)[:, 0]
-
-    def layer_features(self, x: torch.Tensor) -> list[torch.Tensor]:
-        out, t = [x.flatten(1)], self._tokens(x)
-        for i, b in enumerate(self.blocks):
-            t = b(t)
-            last = i == len(self.blocks) - 1
-            out.append((self.norm(t) if last else t)[:, 0])  # CLS token, (B, D)
-        return out
 
 
 @register("vit")
