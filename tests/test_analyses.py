@@ -1,0 +1,95 @@
+"""Analyses against direct computations, planted structure and scikit-learn."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LinearRegression
+from sklearn.neighbors import KNeighborsClassifier
+
+from dpviz.analyses import REGISTRY, run_analysis
+from dpviz.analyses.embedding import embedding
+from dpviz.analyses.knn import folds, knn
+from dpviz.analyses.residual import prediction_residual
+from dpviz.analyses.separability import fit_law, fuzziness
+
+rng = np.random.default_rng(0)
+
+
+def blobs(n=300, d=12, k=4, spread=1.0, sep=5.0, seed=0):
+    g = np.random.default_rng(seed)
+    y = g.integers(0, k, n)
+    centers = g.normal(size=(k, d)) * sep
+    return centers[y] + g.normal(size=(n, d)) * spread, y
+
+
+def direct_fuzziness(x, y):
+    mu = x.mean(0)
+    sb, sw = np.zeros((x.shape[1],) * 2), np.zeros((x.shape[1],) * 2)
+    for c in np.unique(y):
+        xc = x[y == c]
+        m = xc.mean(0)
+        sb += len(xc) * np.outer(m - mu, m - mu)
+        sw += (xc - m).T @ (xc - m)
+    return np.trace(sw / len(x) @ np.linalg.pinv(sb / len(x)))
+
+
+def test_fuzziness_equals_direct_pinv_computation():
+    x, y = blobs(d=20, k=5)
+    assert fuzziness(x, y) == pytest.approx(direct_fuzziness(x, y), rel=1e-8)
+    x, y = rng.normal(size=(50, 30)), rng.integers(0, 3, 50)  # d > n
+    assert fuzziness(x, y) == pytest.approx(direct_fuzziness(x, y), rel=1e-6)
+
+
+def test_fuzziness_small_when_separated_large_when_shuffled():
+    x, y = blobs(spread=0.5, sep=10)
+    shuffled = rng.permutation(y)
+    assert fuzziness(x, y) < 0.05 < 10 < fuzziness(x, shuffled)
+
+
+def test_law_fit_recovers_planted_decay():
+    D = 3.0 * 0.6 ** np.arange(8) * np.exp(rng.normal(scale=0.01, size=8))
+    f = fit_law(D)
+    assert f.rho == pytest.approx(0.6, rel=0.02) and f.r2 > 0.99 and f.pearson_r < -0.99
+
+
+def test_residual_equals_least_squares():
+    x, y = blobs(d=6, k=3, spread=3.0)
+    Y = np.eye(3)[y]
+    pred = LinearRegression().fit(x, Y).predict(x)
+    expect = ((Y - pred) ** 2).sum(1).mean() / ((Y - Y.mean(0)) ** 2).sum(1).mean()
+    assert prediction_residual(x, y) == pytest.approx(expect, rel=1e-8)
+    assert 0 < expect < 1
+
+
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_knn_equals_sklearn(k):
+    x, y = blobs(n=401, d=8, k=5, spread=3.0)
+    ours = knn({"layer_0": x, "labels": y}, k=k)
+    correct = 0
+    for a, b in folds(len(y)):
+        clf = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute").fit(x[a], y[a])
+        correct += (clf.predict(x[b]) == y[b]).sum()
+    assert ours.accuracy == pytest.approx(correct / len(y)) and ours.k == k
+    assert 0.3 < ours.accuracy < 1.0
+
+
+def test_embedding_is_aligned_across_checkpoints():
+    x, y = blobs(d=10)
+    moved = x.copy()
+    moved[:50] += 5.0  # some points move between checkpoints, the rest stay
+    ref = [x, moved]
+    a = embedding({"layer_0": x, "layer_1": x, "labels": y}, reference=ref)
+    b = embedding({"layer_0": x, "layer_1": moved, "labels": y}, reference=ref)
+    assert np.allclose(a.coords[50:], b.coords[50:])  # fixed points map to the same place
+    assert not np.allclose(a.coords[:50], b.coords[:50])
+    assert a.coords.shape == (len(y), 2) and sum(a.explained) <= 1
+
+
+def test_every_registered_analysis_is_json_ready_and_labelled_private():
+    x, y = blobs(n=120)
+    feats = {"layer_0": x, "layer_1": x * 0.5, "layer_2": x * 0.25, "labels": y}
+    for name in REGISTRY:
+        out = run_analysis(name, feats)
+        json.dumps(out)
+        assert out["private_data"] is True and "NOT covered" in out["note"]
