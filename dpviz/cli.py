@@ -13,6 +13,7 @@ import math
 import sys
 import time
 from dataclasses import fields
+from pathlib import Path
 
 from .config import RunConfig, load_config_file
 from .errors import ConfigError, DpvizError
@@ -51,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true")
     de = sub.add_parser("delete", help="delete stored runs and their files")
     de.add_argument("run_ids", nargs="+")
+    an = sub.add_parser("analyze", help="an analysis of a stored checkpoint (private-data statistics)")
+    an.add_argument("analysis", help="knn, embedding, separability or residual")
+    an.add_argument("run_id")
+    an.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
+    an.add_argument("--k", type=int, default=None, help="neighbours for knn")
+    an.add_argument("--json", action="store_true")
+    fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
+    fe.add_argument("run_id")
+    fe.add_argument("--step", type=int, default=None)
+    fe.add_argument("--out", required=True, help="output .npz file")
     return p
 
 
@@ -65,7 +76,7 @@ def config_from_args(args) -> RunConfig:
 
 
 def _dump(obj) -> str:
-    return json.dumps(obj, indent=2, default=lambda o: None if isinstance(o, float) and math.isinf(o) else str(o))
+    return json.dumps(obj, indent=2, ensure_ascii=False, default=lambda o: None if isinstance(o, float) and math.isinf(o) else str(o))
 
 
 def cmd_run(args) -> int:
@@ -147,10 +158,43 @@ def cmd_delete(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    from .analyses.service import analyze
+    from .store import Store
+
+    params = {"k": args.k} if args.k is not None else {}
+    out = analyze(Store(args.cache_dir), args.run_id, args.analysis, step=args.step, **params)
+    if args.json:
+        print(_dump(out))
+    else:
+        shown = {k: v for k, v in out.items() if k not in ("coords", "labels")}
+        print("\n".join(f"{k}: {v}" for k, v in shown.items()))
+    return 0
+
+
+def cmd_features(args) -> int:
+    import numpy as np
+
+    from .analyses.service import resolve_step
+    from .store import Store, write_atomic
+
+    store = Store(args.cache_dir)
+    step = resolve_step(store, args.run_id, args.step)
+    arrays = store.load_features(args.run_id, step)
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise ConfigError("out", "a file in an existing folder", str(out))
+    write_atomic(out, lambda p: np.savez(open(p, "wb"), **arrays))
+    print(f"wrote {out} (step {step}: {', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete}[args.cmd](args)
+        cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
+                "analyze": cmd_analyze, "features": cmd_features}
+        return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)
         return EXIT_USAGE

@@ -59,6 +59,8 @@ class JobManager:
         if workers > 1:  # torch threads × workers ≤ cores: oversubscribed OpenMP crawls
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
+        # Analyses of new checkpoints run beside training, one at a time, never blocking it.
+        self.analysis_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-analysis")
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
 
@@ -77,13 +79,25 @@ class JobManager:
 
         try:
             job.summary = run(job.cfg, store=self.store, force=force, progress=progress,
-                              cancel=job.cancel_event, on_start=started)
+                              cancel=job.cancel_event, on_start=started, on_checkpoint=self.queue_analyses)
             job.status = "finished"
         except Cancelled:
             job.status = "cancelled"
         except BaseException as e:
             job.status, job.error = "failed", str(e)
             raise
+
+    def queue_analyses(self, run_id: str, step: int) -> Future:
+        """Compute the background analyses of a new checkpoint in the analysis thread."""
+        from .analyses.service import analyze_checkpoint
+
+        def work():
+            try:
+                analyze_checkpoint(self.store, run_id, step)
+            except Exception as e:  # noqa: BLE001 - an analysis failure must not touch the run
+                self.store.event(run_id, "analysis-failed", f"step {step}: {type(e).__name__}: {e}")
+
+        return self.analysis_pool.submit(work)
 
     def cancel(self, job_id: int) -> None:
         self.jobs[job_id].cancel()
@@ -96,3 +110,4 @@ class JobManager:
             for j in self.active():
                 j.cancel()
         self.pool.shutdown(wait=True)
+        self.analysis_pool.shutdown(wait=True)

@@ -15,7 +15,8 @@ from .store import Store
 
 def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bool = False,
         progress: Callable | None = None, cancel: threading.Event | None = None,
-        on_start: Callable[[str], None] | None = None) -> dict:
+        on_start: Callable[[str], None] | None = None,
+        on_checkpoint: Callable[[str, int], None] | None = None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run).
 
     Args:
@@ -26,6 +27,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: called as ``progress(step, total_steps, last_metrics)``.
         cancel: an event that stops the run at the next step.
         on_start: called with the new run's id once it is stored.
+        on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -46,7 +48,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     if on_start:
         on_start(run_id)
     try:
-        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel)
+        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
+                                on_checkpoint=on_checkpoint)
     except Cancelled:
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise

@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS metrics (
 CREATE TABLE IF NOT EXISTS events (
   run_id TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT);
 CREATE INDEX IF NOT EXISTS events_run ON events(run_id, time);
+CREATE TABLE IF NOT EXISTS analyses (
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, params_json TEXT NOT NULL,
+  result_json TEXT NOT NULL, created REAL, PRIMARY KEY (run_id, step, name, params_json)) WITHOUT ROWID;
 """
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
 
@@ -151,7 +154,7 @@ class Store:
             raise StoreError(f"run_id: {run_id} is still running; cancel it first")
         with self._conn() as c:
             c.execute("BEGIN IMMEDIATE")
-            for t in ("metrics", "events", "runs"):
+            for t in ("metrics", "events", "analyses", "runs"):
                 c.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
             c.execute("COMMIT")
         shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
@@ -186,6 +189,17 @@ class Store:
     def events(self, run_id: str) -> list[dict]:
         with self._conn() as c:
             return [dict(r) for r in c.execute("SELECT * FROM events WHERE run_id=? ORDER BY time", (run_id,))]
+
+    # --- cached analysis results ------------------------------------------
+    def put_analysis(self, run_id: str, step: int, name: str, params_json: str, result: dict) -> None:
+        self._tx("INSERT OR REPLACE INTO analyses VALUES (?,?,?,?,?,?)",
+                 (run_id, step, name, params_json, json.dumps(result), time.time()))
+
+    def get_analysis(self, run_id: str, step: int, name: str, params_json: str) -> dict | None:
+        with self._conn() as c:
+            row = c.execute("SELECT result_json FROM analyses WHERE run_id=? AND step=? AND name=? AND params_json=?",
+                            (run_id, step, name, params_json)).fetchone()
+        return json.loads(row[0]) if row else None
 
     # --- artifacts ----------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:

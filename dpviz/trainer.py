@@ -35,8 +35,9 @@ class Loop:
     """State of one run while it trains."""
 
     def __init__(self, prep: Prepared, store, run_id: str, progress: Callable | None,
-                 cancel: threading.Event | None):
+                 cancel: threading.Event | None, on_checkpoint: Callable | None = None):
         self.prep, self.cfg, self.store, self.run_id = prep, prep.cfg, store, run_id
+        self.on_checkpoint = on_checkpoint
         self.progress, self.cancel = progress, cancel
         self.dev = prep.device
         self.model = prep.model.to(self.dev)
@@ -57,6 +58,8 @@ class Loop:
     def checkpoint(self) -> None:
         feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
         self.store.save_features(self.run_id, self.step, feats)
+        if self.on_checkpoint:
+            self.on_checkpoint(self.run_id, self.step)
 
     def _inputs(self, trainable: str) -> tuple[torch.nn.Module, torch.Tensor]:
         if trainable == "head":  # frozen backbone: features once, not a forward per step
@@ -104,10 +107,14 @@ class Loop:
 
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
-          cancel: threading.Event | None = None) -> dict:
-    """Train all phases of ``prep`` and return the run's summary."""
+          cancel: threading.Event | None = None, on_checkpoint: Callable | None = None) -> dict:
+    """Train all phases of ``prep`` and return the run's summary.
+
+    ``on_checkpoint(run_id, step)`` is called after each feature checkpoint is
+    stored (the job manager queues the background analyses there).
+    """
     t0 = time.perf_counter()
-    loop = Loop(prep, store, run_id, progress, cancel)
+    loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint)
     loop.evaluate()
     loop.checkpoint()
     for plan, phase in zip(prep.plans, prep.phases):

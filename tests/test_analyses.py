@@ -93,3 +93,46 @@ def test_every_registered_analysis_is_json_ready_and_labelled_private():
         out = run_analysis(name, feats)
         json.dumps(out)
         assert out["private_data"] is True and "NOT covered" in out["note"]
+
+
+def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, cli_env, tmp_path):
+    import subprocess
+    import sys
+
+    import dpviz
+    from dpviz.store import Store
+
+    jm = dpviz.JobManager(cache_dir, max_workers=1)
+    job = jm.submit(fast_cfg(strategy="fft", checkpoint_every=4, eval_subset=50))
+    s = job.wait(300)
+    jm.shutdown(cancel=False)  # waits for the queued analyses
+    store = Store(cache_dir)
+    steps = store.feature_steps(s["run_id"])
+    assert steps == [0, 4, 8, 12]
+    with store._conn() as c:
+        cached = c.execute("SELECT step, name FROM analyses WHERE run_id=?", (s["run_id"],)).fetchall()
+    assert {(st, n) for st, n in cached} == {(st, n) for st in steps for n in ("knn", "separability", "residual")}
+
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "dpviz", *args], env=cli_env, capture_output=True, text=True)
+        return r.returncode, r.stdout, r.stderr
+
+    rc, out, _ = cli("analyze", "separability", s["run_id"], "--json")
+    sep = json.loads(out)
+    assert rc == 0 and len(sep["fuzziness"]) == 4 and {"rho", "r2", "pearson_r"} <= set(sep)
+    feats = store.load_features(s["run_id"], 12)
+    assert sep["fuzziness"][2] == pytest.approx(fuzziness(feats["layer_2"], feats["labels"]))
+    rc, out, _ = cli("analyze", "residual", s["run_id"], "--step", "4", "--json")
+    assert rc == 0 and len(json.loads(out)["residual"]) == 4 and json.loads(out)["step"] == 4
+    rc, out, _ = cli("analyze", "knn", s["run_id"], "--k", "5", "--json")
+    assert rc == 0 and json.loads(out)["k"] == 5 and 0 <= json.loads(out)["accuracy"] <= 1
+    rc, out, _ = cli("analyze", "embedding", s["run_id"], "--json")
+    assert rc == 0 and len(json.loads(out)["coords"]) == 50
+    rc, _, err = cli("analyze", "knn", s["run_id"], "--step", "3")
+    assert rc == 2 and "step" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = cli("analyze", "magic", s["run_id"])
+    assert rc == 2 and "analysis" in err
+    rc, out, _ = cli("features", s["run_id"], "--out", str(tmp_path / "f.npz"))
+    z = np.load(tmp_path / "f.npz")
+    assert rc == 0 and sorted(z.files) == ["labels", "layer_0", "layer_1", "layer_2", "layer_3"]
+    assert z["layer_0"].shape == (50, 256)

@@ -54,8 +54,11 @@ def layers(features: dict) -> list[np.ndarray]:
     return [np.asarray(features[f"layer_{i}"], dtype=np.float64) for i in range(L)]
 
 
-def run_analysis(name: str, features: dict, **params) -> dict:
-    """Run the analysis ``name`` with its defaults overridden by ``params``; JSON-ready dict."""
+def run_analysis(name: str, features: dict, *, context: dict | None = None, **params) -> dict:
+    """Run the analysis ``name`` with its defaults overridden by ``params``; JSON-ready dict.
+
+    ``context`` holds inputs that are not parameters (the embedding's reference checkpoints).
+    """
     from ..errors import ConfigError
 
     if name not in REGISTRY:
@@ -65,7 +68,7 @@ def run_analysis(name: str, features: dict, **params) -> dict:
     if unknown:
         raise ConfigError(sorted(unknown)[0], f"not a parameter of {name} (has {', '.join(a.params) or 'none'})")
     return {"analysis": name, "params": {**a.params, **params}, "private_data": True, "note": PRIVACY_NOTE,
-            **a.fn(features, **{**a.params, **params}).to_dict()}
+            **a.fn(features, **(context or {}), **{**a.params, **params}).to_dict()}
 
 
 from . import embedding, knn, residual, separability  # noqa: E402,F401  (registration)
