@@ -10,5 +10,7 @@ import streamlit as st
 pages = [
     st.Page("pages/runs.py", title="Runs", icon=":material/rocket_launch:", default=True),
     st.Page("pages/compare.py", title="Compare", icon=":material/stacked_line_chart:"),
+    st.Page("pages/distortion.py", title="Feature distortion", icon=":material/scatter_plot:"),
+    st.Page("pages/separability.py", title="Separability law", icon=":material/ssid_chart:"),
 ]
 st.navigation(pages).run()

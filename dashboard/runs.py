@@ -62,9 +62,13 @@ def render_run_table() -> list[str]:
     return [df.loc[i, "run_id"] for i in ev.selection.rows]
 
 
-def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str) -> None:
-    """Download buttons: the figure (with caption) as PNG/SVG/PDF/HTML and its data as CSV."""
-    caption = results.caption(configs)
+def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str, private: bool = False) -> None:
+    """Download buttons: the figure (with caption) as PNG/SVG/PDF/HTML and its data as CSV.
+
+    ``private`` marks analyses of private data: the caption then says that the DP guarantee does not cover them.
+    """
+    caption = results.caption(configs) + (" — statistics of private data, NOT covered by the DP guarantee"
+                                          if private else "")
     cols = st.columns(5)
     for col, fmt in zip(cols, export.FORMATS):
         col.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),

@@ -19,6 +19,7 @@ LABELS = {
     "epsilon": "ε spent (at the run's δ)", "clip_fraction": "per-sample gradients clipped (fraction)",
     "grad_norm": "mean per-sample gradient norm (L2)", "lr": "learning rate",
 }
+ANALYSIS_LABELS = {"knn_accuracy": "kNN accuracy of backbone features (fraction)"}
 TEMPLATE = "plotly_white"
 
 
@@ -35,9 +36,13 @@ def _dash_by_eps(df: pd.DataFrame) -> dict:
     return {e: DASHES[i % len(DASHES)] for i, e in enumerate(eps)}
 
 
+def _label(metric: str) -> str:
+    return LABELS.get(metric) or ANALYSIS_LABELS.get(metric, metric)
+
+
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
-    name = LABELS.get(metric, metric).split(" (")[0]
+    name = _label(metric).split(" (")[0]
     return f"{name[:1].upper() + name[1:]} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
 
 
@@ -59,7 +64,7 @@ def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
         style = DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k) % len(DASHES)]
         fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=label, mode="lines",
                                  line=dict(color=color(strat), dash=style)))
-    return _layout(fig, _title(metric, df) if len(df) else LABELS.get(metric, metric), LABELS.get(metric, metric))
+    return _layout(fig, _title(metric, df) if len(df) else _label(metric), _label(metric))
 
 
 def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
@@ -77,7 +82,7 @@ def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines", legendgroup=grp,
                                  line=dict(color=c, dash=dash.get(str(eps), "solid"))))
     title = (_title(metric, bands) + " (mean ± std over seeds)") if len(bands) else metric
-    return _layout(fig, title, LABELS.get(metric, metric))
+    return _layout(fig, title, _label(metric))
 
 
 def with_caption(fig: go.Figure, caption: str) -> go.Figure:

@@ -87,3 +87,43 @@ def caption(configs: list[dict]) -> str:
     uniq = list(dict.fromkeys(parts))
     more = f" … (+{len(uniq) - 4})" if len(uniq) > 4 else ""
     return "dpviz: " + "; ".join(uniq[:4]) + more
+
+
+def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> pd.DataFrame:
+    """Cached scalar ``field`` of analysis ``name`` per checkpoint, in `curves`' long format.
+
+    Reads only cached results (the background computes them), so it never blocks;
+    ``missing`` lists (run_id, step) pairs not analysed yet.
+    """
+    rows, missing = [], []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        c = run["config"]
+        for step in store.feature_steps(rid):
+            res = cached_analysis(store, rid, step, name)
+            if res is None:
+                missing.append((rid, step))
+                continue
+            rows.append((rid, run_label(run), c["strategy"], c["epsilon"], c["seed"], group_key(c), step,
+                         f"{name}_{field}", res[field]))
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["missing"] = missing
+    return df
+
+
+def cached_analysis(store: Store, run_id: str, step: int, name: str) -> dict | None:
+    """The cached result of a background analysis with its default parameters, or None."""
+    from .analyses import REGISTRY
+
+    return store.get_analysis(run_id, step, name, json.dumps(REGISTRY[name].params, sort_keys=True))
+
+
+def layer_table(store: Store, run_id: str, name: str, field: str) -> pd.DataFrame:
+    """Per-layer values of ``field`` (fuzziness / residual) at every analysed checkpoint: step × layer."""
+    rows = []
+    for step in store.feature_steps(run_id):
+        res = cached_analysis(store, run_id, step, name)
+        if res is not None:
+            rows += [{"step": step, "layer": l, "value": v} for l, v in enumerate(res[field])]
+    return pd.DataFrame(rows, columns=["step", "layer", "value"])

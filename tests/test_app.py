@@ -13,7 +13,8 @@ from dpviz.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"app.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
-         "pages/compare.py": ["runs", "metric"]}
+         "pages/compare.py": ["runs", "metric"],
+         "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"]}
 
 
 @pytest.fixture

@@ -22,19 +22,32 @@ def resolve_step(store: Store, run_id: str, step: int | None) -> int:
     return step
 
 
-def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **params) -> dict:
-    """The result of analysis ``name`` on a checkpoint (the last one by default), computed once."""
+def cache_key(store: Store, run_id: str, name: str, params: dict) -> str:
+    """Canonical parameters of a result; the embedding's include the checkpoints it is fitted on."""
     if name not in REGISTRY:
         raise ConfigError("analysis", f"one of {', '.join(sorted(REGISTRY))}", name)
+    keyed = {**REGISTRY[name].params, **params}
+    if name == "embedding":
+        keyed["reference_steps"] = store.feature_steps(run_id)
+    return json.dumps(keyed, sort_keys=True)
+
+
+def cached(store: Store, run_id: str, name: str, *, step: int | None = None, **params) -> dict | None:
+    """The stored result, or None; never computes (pages call this)."""
     step = resolve_step(store, run_id, step)
-    context, keyed = {}, dict(params)
-    if name == "embedding":  # one basis per run: the key includes the checkpoints it was fitted on
-        steps = store.feature_steps(run_id)
-        keyed["reference_steps"] = steps
-        context["reference"] = [layers(store.load_features(run_id, s))[-1] for s in steps]
-    key = json.dumps({**REGISTRY[name].params, **keyed}, sort_keys=True)
+    return store.get_analysis(run_id, step, name, cache_key(store, run_id, name, params))
+
+
+def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **params) -> dict:
+    """The result of analysis ``name`` on a checkpoint (the last one by default), computed once."""
+    step = resolve_step(store, run_id, step)
+    key = cache_key(store, run_id, name, params)
     if (hit := store.get_analysis(run_id, step, name, key)) is not None:
         return hit
+    context = {}
+    if name == "embedding":  # one PCA basis per run, fitted on all its checkpoints
+        steps = json.loads(key)["reference_steps"]
+        context["reference"] = [layers(store.load_features(run_id, s))[-1] for s in steps]
     out = {"run_id": run_id, "step": step,
            **run_analysis(name, store.load_features(run_id, step), context=context, **params)}
     store.put_analysis(run_id, step, name, key, out)

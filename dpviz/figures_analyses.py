@@ -1,0 +1,76 @@
+"""Figures of the representation analyses, in the style of `dpviz.figures`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .figures import DASHES, TEMPLATE, color, eps_text
+
+PRIVATE = "statistics of private data, not covered by the DP guarantee"
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 420, **kw) -> go.Figure:
+    kw.setdefault("showlegend", True)
+    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=height,
+                      margin=dict(t=60, b=50, l=60, r=20), uirevision="keep", **kw)
+    return fig
+
+
+def law_plot(series: list[dict], quantity: str) -> go.Figure:
+    """Per-layer values on a log axis with the fitted ρ^l line, one colour per run.
+
+    Each item: label, strategy, epsilon, values (index 0 = input), rho, intercept, r2, pearson_r.
+    """
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        l = np.arange(len(s["values"]))
+        c, dash = color(s["strategy"]), DASHES[i % len(DASHES)]
+        fig.add_trace(go.Scatter(x=l, y=s["values"], mode="markers+lines", name=s["label"],
+                                 line=dict(color=c, dash=dash, width=1), marker=dict(size=8, color=c)))
+        if np.isfinite(s["rho"]):
+            fit = s["intercept"] * s["rho"] ** l
+            fig.add_trace(go.Scatter(x=l, y=fit, mode="lines", showlegend=False, hoverinfo="skip",
+                                     line=dict(color=c, dash="dot", width=2)))
+            fig.add_annotation(x=l[-1], y=np.log10(max(fit[-1], 1e-300)), text=f"ρ={s['rho']:.3g}, R²={s['r2']:.2f}",
+                               showarrow=False, xanchor="left", font=dict(color=c, size=11), yshift=-8 * i)
+    eps = sorted({eps_text(s["epsilon"]) for s in series})
+    return _layout(fig, f"{quantity} per layer (log scale) with fitted ρ^l — ε ∈ {{{', '.join(eps)}}}",
+                   "layer l (0 = input)", f"{quantity} (log scale)", yaxis_type="log")
+
+
+def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figure:
+    """log10 of a per-layer quantity over training: layer × step."""
+    m = table.pivot(index="layer", columns="step", values="value").sort_index()
+    z = np.log10(m.clip(lower=1e-12).to_numpy())
+    fig = go.Figure(go.Heatmap(z=z, x=[str(c) for c in m.columns], y=m.index, colorscale="Viridis",
+                               colorbar=dict(title=f"log10 {quantity}")))
+    return _layout(fig, f"log10 {quantity}, layer × step — {title_run}", "training step (checkpoint)",
+                   "layer l (0 = input)", showlegend=False)
+
+
+def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: str, method: str) -> go.Figure:
+    """Scatter of 2-D maps per checkpoint, coloured by class, with a step slider that animates them."""
+    classes = sorted({int(c) for _, _, lab in frames for c in lab})
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf"]
+
+    def traces(coords, labels):
+        return [go.Scatter(x=coords[labels == c, 0], y=coords[labels == c, 1], mode="markers", name=f"class {c}",
+                           marker=dict(size=5, color=palette[c % len(palette)], opacity=0.8)) for c in classes]
+
+    step0, c0, l0 = frames[-1]
+    fig = go.Figure(data=traces(c0, l0), frames=[go.Frame(data=traces(c, l), name=str(s)) for s, c, l in frames])
+    allc = np.vstack([c for _, c, _ in frames])
+    pad = 0.05 * (allc.max(0) - allc.min(0) + 1e-9)
+    steps = [dict(label=str(s), method="animate", args=[[str(s)], dict(mode="immediate", frame=dict(duration=0))])
+             for s, _, _ in frames]
+    fig.update_layout(sliders=[dict(active=len(frames) - 1, steps=steps, currentvalue=dict(prefix="step "))],
+                      updatemenus=[dict(type="buttons", showactive=False, x=0, y=-0.12, buttons=[dict(
+                          label="▶ play", method="animate",
+                          args=[None, dict(frame=dict(duration=500), fromcurrent=False)])])],
+                      xaxis_range=[allc[:, 0].min() - pad[0], allc[:, 0].max() + pad[0]],
+                      yaxis_range=[allc[:, 1].min() - pad[1], allc[:, 1].max() + pad[1]])
+    return _layout(fig, f"{method.upper()} map of penultimate features — {title_run}", f"{method} 1", f"{method} 2",
+                   height=560)

@@ -1,0 +1,63 @@
+"""Feature distortion: kNN accuracy of backbone features over training, and aligned feature maps."""
+
+import numpy as np
+import streamlit as st
+
+from dashboard import analyses, layout, runs, state
+from dpviz import figures, figures_analyses, results
+
+layout.page_setup("Feature distortion", r"""
+How good are the backbone's own (penultimate) features for the private task while DP fine-tuning runs?
+At every feature checkpoint dpviz measures the **kNN accuracy** of the penultimate features of a fixed
+evaluation subset (cosine similarity, k = 20, 2-fold cross-validation within the subset). Seeds 000/001
+predict that DP-FFT *distorts* the pretrained features early — the new head is random, so its noisy
+gradients push the backbone in useless directions — and that a DP-LP phase first (LP-FFT) avoids the dip.
+The map below projects the same features to 2-D (PCA fitted on all checkpoints of the run at once, so
+points that do not move in feature space do not move on the map).
+""")
+analyses.privacy_banner()
+
+st.subheader("Preset")
+analyses.launch_preset("distortion", "Launch seed 000's experiment: ViT, LP vs FFT vs LP-FFT at ε ∈ {1, 8} (6 runs)")
+
+labels = analyses.analysed_runs()
+if not labels:
+    st.info("No run has feature checkpoints yet: launch the preset above, or a run with 'checkpoint every' set.")
+    st.stop()
+chosen = st.multiselect("runs", list(labels), default=list(labels)[:3], format_func=labels.get, key="fd_runs")
+store = state.store()
+live = any(store.get_run(r)["status"] == "running" for r in chosen)
+
+
+@st.fragment(run_every=2.0 if live else None)
+def render_knn():
+    df = results.analysis_curves(store, chosen, "knn", "accuracy")
+    analyses.queue_missing(df.attrs["missing"])
+    fig = figures.metric_curves(df, "knn_accuracy")
+    st.plotly_chart(fig, key="fd_knn")
+    configs = [store.get_run(r)["config"] for r in chosen]
+    runs.render_export(fig, df, configs, "dpviz_knn_accuracy", "exp-knn", private=True)
+    if len(df):
+        first = df.sort_values("step").groupby("label")["value"].agg(["first", "min", "last"])
+        dips = first[first["min"] < first["first"] - 0.02]
+        layout.reading("kNN accuracy dips below its starting value for " + (", ".join(dips.index) or "no run")
+                       + f"; {len(df.attrs['missing'])} checkpoint(s) still being analysed.")
+
+
+render_knn()
+
+st.subheader("Feature map")
+run_id = st.selectbox("run", chosen or list(labels), format_func=labels.get, key="fd_map_run")
+steps = store.feature_steps(run_id)
+maps = [analyses.request(run_id, "embedding", s) for s in steps]
+if any(m is None for m in maps):
+    st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… reload in a moment.")
+else:
+    frames = [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
+    fig = figures_analyses.embedding_map(frames, labels[run_id], "pca")
+    st.plotly_chart(fig, key="fd_map")
+    rows = [{"step": s, "x": c[0], "y": c[1], "label": int(lab)} for s, cs, ls in frames for c, lab in zip(cs, ls)]
+    import pandas as pd
+    runs.render_export(fig, pd.DataFrame(rows), [store.get_run(run_id)["config"]], "dpviz_feature_map", "exp-map",
+                       private=True)
+    layout.reading("use the step slider (or ▶) to watch the classes separate or smear as training goes on.")
