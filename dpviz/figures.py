@@ -43,7 +43,8 @@ def _label(metric: str) -> str:
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
     name = _label(metric).split(" (")[0]
-    return f"{name[:1].upper() + name[1:]} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+    name = name if name[1:2].isupper() else name[:1].upper() + name[1:]  # keep "kNN"
+    return f"{name} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
 
 
 def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:

@@ -136,3 +136,15 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
     z = np.load(tmp_path / "f.npz")
     assert rc == 0 and sorted(z.files) == ["labels", "layer_0", "layer_1", "layer_2", "layer_3"]
     assert z["layer_0"].shape == (50, 256)
+
+
+def test_presets_are_valid_configs_of_the_papers_settings():
+    from dpviz.presets import distortion, law
+
+    d = distortion()
+    assert {(c.strategy, c.epsilon) for c in d} == {(s, e) for s in ("lp", "fft", "lp-fft") for e in (1.0, 8.0)}
+    assert all(c.backbone == "vit" and c.checkpoint_every > 0 for c in d)
+    lw = law()
+    assert len(lw) == 16 and {c.tune_blocks for c in lw} == {1, 2, 3, 4}
+    assert all(c.delta == pytest.approx(1 / 1437) for c in lw)  # δ = 1/n as in seed 002
+    assert len({(c.lr_lp, c.lr_ft) for c in lw}) == 3  # one constant rate, one tuned pair per ε
