@@ -1,16 +1,13 @@
 """dpviz dashboard: `streamlit run app.py` (or `bash run.sh app`).
 
-This script only registers the pages; each page renders the shared sidebar
-itself (`dashboard.layout.page_setup`), so deep links work even on a fresh
-server.
+This script only registers the pages (hidden navigation); every page renders
+the shared sidebar with its links itself (`dashboard.layout.page_setup`), so a
+deep link that a fresh server serves in Streamlit's legacy mode looks the same.
 """
 
 import streamlit as st
 
-pages = [
-    st.Page("pages/runs.py", title="Runs", icon=":material/rocket_launch:", default=True),
-    st.Page("pages/compare.py", title="Compare", icon=":material/stacked_line_chart:"),
-    st.Page("pages/distortion.py", title="Feature distortion", icon=":material/scatter_plot:"),
-    st.Page("pages/separability.py", title="Separability law", icon=":material/ssid_chart:"),
-]
-st.navigation(pages).run()
+from dashboard.layout import PAGES
+
+pages = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon) in enumerate(PAGES)]
+st.navigation(pages, position="hidden").run()

@@ -6,6 +6,14 @@ import streamlit as st
 
 from . import state
 
+# (script, title, icon): the one list of pages; app.py registers them, the sidebar links them.
+PAGES = (
+    ("pages/runs.py", "Runs", ":material/rocket_launch:"),
+    ("pages/compare.py", "Compare", ":material/stacked_line_chart:"),
+    ("pages/distortion.py", "Feature distortion", ":material/scatter_plot:"),
+    ("pages/separability.py", "Separability law", ":material/ssid_chart:"),
+)
+
 
 
 def page_setup(title: str, intro: str) -> None:
@@ -15,6 +23,7 @@ def page_setup(title: str, intro: str) -> None:
     `app.py` has run still gets the shared sidebar.
     """
     st.set_page_config(page_title=f"dpviz · {title}", page_icon=":material/lock:", layout="wide")
+    state.umap_warmup()  # starts once per server, in the background
     render_sidebar()
     st.title(title)
     st.markdown(intro)
@@ -24,6 +33,11 @@ def render_sidebar() -> None:
     jm = state.job_manager()
     with st.sidebar:
         st.markdown("### dpviz\nDifferentially private fine-tuning lab")
+        # Our own links (Streamlit's automatic nav is off in .streamlit/config.toml): the same
+        # sidebar whether Streamlit serves a first deep link in its legacy mode or through app.py.
+        for script, title, icon in PAGES:
+            st.page_link(script, label=title, icon=icon)
+        st.divider()
         active = jm.active()
         st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active")
 

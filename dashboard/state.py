@@ -20,3 +20,27 @@ def job_manager() -> JobManager:
 
 def store() -> Store:
     return job_manager().store
+
+
+@st.cache_resource(show_spinner=False)
+def umap_warmup() -> dict:
+    """Compile UMAP once per server in a background thread; pages show PCA until ``ready``."""
+    import threading
+    import time
+
+    status = {"ready": False, "error": None}
+    if os.environ.get("DPVIZ_UMAP_WARMUP", "1") == "0":  # tests of other pages switch it off
+        status["error"] = "warm-up disabled (DPVIZ_UMAP_WARMUP=0)"
+        return status
+
+    def work():
+        time.sleep(5)  # let the first page render before numba takes the CPU
+        try:
+            from dpviz.analyses.embedding import warm_umap
+            warm_umap()
+            status["ready"] = True
+        except Exception as e:  # noqa: BLE001 - shown on the page; PCA keeps working
+            status["error"] = f"{type(e).__name__}: {e}"
+
+    threading.Thread(target=work, name="dpviz-umap-warmup", daemon=True).start()
+    return status

@@ -48,13 +48,19 @@ render_knn()
 
 st.subheader("Feature map")
 run_id = st.selectbox("run", chosen or list(labels), format_func=labels.get, key="fd_map_run")
+warm = state.umap_warmup()
+methods = ["pca", "umap"] if warm["ready"] else ["pca"]
+method = st.radio("map", methods, horizontal=True, key="fd_method", format_func=str.upper)
+if not warm["ready"]:
+    st.caption("UMAP is compiling in the background (once per server, about a minute); PCA meanwhile."
+               + (f" UMAP failed: {warm['error']}" if warm["error"] else ""))
 steps = store.feature_steps(run_id)
-maps = [analyses.request(run_id, "embedding", s) for s in steps]
+maps = [analyses.request(run_id, "embedding", s, method=method) for s in steps]
 if any(m is None for m in maps):
     st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… reload in a moment.")
 else:
     frames = [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
-    fig = figures_analyses.embedding_map(frames, labels[run_id], "pca")
+    fig = figures_analyses.embedding_map(frames, labels[run_id], method)
     st.plotly_chart(fig, key="fd_map")
     rows = [{"step": s, "x": c[0], "y": c[1], "label": int(lab)} for s, cs, ls in frames for c, lab in zip(cs, ls)]
     import pandas as pd

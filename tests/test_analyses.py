@@ -148,3 +148,19 @@ def test_presets_are_valid_configs_of_the_papers_settings():
     assert len(lw) == 16 and {c.tune_blocks for c in lw} == {1, 2, 3, 4}
     assert all(c.delta == pytest.approx(1 / 1437) for c in lw)  # δ = 1/n as in seed 002
     assert len({(c.lr_lp, c.lr_ft) for c in lw}) == 3  # one constant rate, one tuned pair per ε
+
+
+@pytest.mark.slow
+def test_umap_maps_are_aligned_across_checkpoints():
+    from dpviz.analyses.embedding import umap_maps, warm_umap
+
+    warm_umap()
+    x, _ = blobs(n=300, d=10, k=4)
+    moved = x.copy()
+    moved[:100] += np.random.default_rng(1).normal(scale=4.0, size=(100, 10))
+    a, b = umap_maps([x, moved])
+    extent = np.ptp(np.vstack([a, b]), axis=0).max()
+    still = np.linalg.norm(a[100:] - b[100:], axis=1)
+    shifted = np.linalg.norm(a[:100] - b[:100], axis=1)
+    assert np.median(still) < 0.05 * extent  # a fixed point set maps to the same place
+    assert np.median(shifted) > 3 * np.median(still)

@@ -11,8 +11,7 @@ from streamlit.testing.v1 import AppTest
 from dpviz.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {"app.py": ["ε (privacy budget, log scale)", "Launch run"],
-         "pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
+PAGES = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/compare.py": ["runs", "metric"],
          "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"]}
 
@@ -20,12 +19,21 @@ PAGES = {"app.py": ["ε (privacy budget, log scale)", "Launch run"],
 @pytest.fixture
 def app_env(cache_dir, monkeypatch):
     monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("DPVIZ_UMAP_WARMUP", "0")  # no numba compile in the background of these tests
     st.cache_resource.clear()  # a fresh job registry bound to this test's store
     st.cache_data.clear()
     yield cache_dir
     from dashboard import state
     state.job_manager().shutdown()
     st.cache_resource.clear()
+
+
+def open_page(page: str) -> AppTest:
+    """The app as a browser gets it: app.py registers the pages, then the page is opened."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    if page != "pages/runs.py":
+        at.switch_page(page).run()
+    return at
 
 
 def labels(at):
@@ -38,7 +46,7 @@ def labels(at):
 def test_page_renders_with_its_widgets(page, app_env, fast_cfg):
     import dpviz
     dpviz.run(fast_cfg(strategy="lp"), cache_dir=app_env)  # something stored to show
-    at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+    at = open_page(page)
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     for label in PAGES[page]:
@@ -46,7 +54,7 @@ def test_page_renders_with_its_widgets(page, app_env, fast_cfg):
 
 
 def test_launch_from_form_creates_a_run(app_env):
-    at = AppTest.from_file(str(ROOT / "pages/runs.py"), default_timeout=120).run()
+    at = open_page("pages/runs.py")
     at.number_input(key="f_epochs").set_value(1).run()
     at.select_slider(key="f_epsilon").set_value(2.0).run()
     assert "σ =" in at.info[0].value and "ε = 2" in at.info[0].value
@@ -65,7 +73,7 @@ def test_launch_from_form_creates_a_run(app_env):
 @pytest.mark.parametrize("key,value,field", [("f_delta", 0.5, "delta"), ("f_strategy", "partial", "tune_blocks"),
                                              ("f_dataset", "cifar10", "data_dir")])
 def test_bad_form_input_shows_error_and_launches_nothing(key, value, field, app_env):
-    at = AppTest.from_file(str(ROOT / "pages/runs.py"), default_timeout=120).run()
+    at = open_page("pages/runs.py")
     widget = at.selectbox(key=key) if key.startswith(("f_strategy", "f_dataset")) else at.number_input(key=key)
     widget.set_value(value).run()
     if field == "tune_blocks":  # the built-in CNN has 3 blocks

@@ -37,10 +37,44 @@ class Embedding:
                 "labels": self.labels.tolist(), "explained": list(self.explained)}
 
 
-@register("embedding", "2-D PCA map of the penultimate features (one basis per run)", method="pca")
-def embedding(features: dict, method: str = "pca", reference: list | None = None) -> Embedding:
-    """Map one checkpoint; ``reference`` = the run's checkpoints' penultimate features."""
+UMAP_ARGS = dict(n_neighbors=15, min_dist=0.1, n_epochs=200, random_state=0, n_jobs=1,
+                 force_approximation_algorithm=True)  # a fixed seed is single-threaded anyway
+
+
+def umap_maps(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """One UMAP fitted on all checkpoints stacked; each checkpoint's rows of it (n_i, 2).
+
+    Fitting once on the stack puts every checkpoint in one coordinate system: a
+    point whose features do not change sits on its own duplicate (distance 0,
+    each other's nearest neighbour) and lands in the same place. The
+    approximate nearest-neighbour path is used (several times faster here).
+    """
+    import umap  # lazy: numba compiles on first use (warm it with `warm_umap`)
+
+    stack = np.vstack(arrays).astype(np.float32)
+    coords = umap.UMAP(**UMAP_ARGS).fit_transform(stack)
+    return np.split(coords, np.cumsum([len(a) for a in arrays])[:-1])
+
+
+def warm_umap() -> None:
+    """Trigger numba's compilation (40–75 s on a 2-core CPU) on a tiny problem."""
+    rng = np.random.default_rng(0)
+    umap_maps([rng.normal(size=(80, 8)), rng.normal(size=(80, 8))])
+
+
+@register("embedding", "2-D map of the penultimate features (PCA, or UMAP), one fit per run", method="pca")
+def embedding(features: dict, method: str = "pca", reference: list | None = None,
+              position: int | None = None) -> Embedding:
+    """Map one checkpoint; ``reference`` = the run's checkpoints' penultimate features, ``position`` its index."""
     x = layers(features)[-1]
+    if method == "umap":
+        if reference is None:
+            reference, position = [x], 0
+        coords = umap_maps(reference)[position]
+        return Embedding(coords.astype(np.float64), np.asarray(features["labels"]), "umap", ())
+    if method != "pca":
+        from ..errors import ConfigError
+        raise ConfigError("method", "pca or umap", method)
     stack = np.vstack(reference) if reference else x
     mu, axes = pca_basis(stack)
     total = ((stack - mu) ** 2).sum()

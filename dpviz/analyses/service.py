@@ -45,13 +45,30 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
     if (hit := store.get_analysis(run_id, step, name, key)) is not None:
         return hit
     context = {}
-    if name == "embedding":  # one PCA basis per run, fitted on all its checkpoints
+    if name == "embedding":  # one fit per run, on all its checkpoints
         steps = json.loads(key)["reference_steps"]
         context["reference"] = [layers(store.load_features(run_id, s))[-1] for s in steps]
+        if params.get("method") == "umap":  # one UMAP fit gives every checkpoint's map: store them all
+            return _all_umap_maps(store, run_id, key, steps, context["reference"], step)
     out = {"run_id": run_id, "step": step,
            **run_analysis(name, store.load_features(run_id, step), context=context, **params)}
     store.put_analysis(run_id, step, name, key, out)
     return out
+
+
+def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], reference: list, step: int) -> dict:
+    from . import PRIVACY_NOTE
+    from .embedding import umap_maps
+
+    wanted = None
+    for s, coords in zip(steps, umap_maps(reference)):
+        labels = store.load_features(run_id, s)["labels"]
+        out = {"run_id": run_id, "step": s, "analysis": "embedding", "params": json.loads(key),
+               "private_data": True, "note": PRIVACY_NOTE, "method": "umap",
+               "coords": coords.round(6).tolist(), "labels": labels.tolist(), "explained": []}
+        store.put_analysis(run_id, s, "embedding", key, out)
+        wanted = out if s == step else wanted
+    return wanted
 
 
 def analyze_checkpoint(store: Store, run_id: str, step: int) -> None:
