@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("run_id")
     an.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
     an.add_argument("--k", type=int, default=None, help="neighbours for knn")
+    an.add_argument("--method", default=None, help="pca or umap, for embedding")
     an.add_argument("--json", action="store_true")
     fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
     fe.add_argument("run_id")
@@ -162,7 +163,7 @@ def cmd_analyze(args) -> int:
     from .analyses.service import analyze
     from .store import Store
 
-    params = {"k": args.k} if args.k is not None else {}
+    params = {k: v for k, v in (("k", args.k), ("method", args.method)) if v is not None}
     out = analyze(Store(args.cache_dir), args.run_id, args.analysis, step=args.step, **params)
     if args.json:
         print(_dump(out))
