@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import fields
@@ -26,10 +27,10 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError("arguments", message)
 
 
-def _config_flags(p: argparse.ArgumentParser) -> None:
+def _config_flags(p: argparse.ArgumentParser, skip=()) -> None:
     g = p.add_argument_group("run configuration (see RunConfig)")
     for f in fields(RunConfig):
-        if f.name != "extra":
+        if f.name != "extra" and f.name not in skip:
             g.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V",
                            help=f"default: {f.default}")
     g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
@@ -59,6 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--k", type=int, default=None, help="neighbours for knn")
     an.add_argument("--method", default=None, help="pca or umap, for embedding")
     an.add_argument("--json", action="store_true")
+    sw = sub.add_parser("sweep", help="an Optuna budget sweep over ε × LP fraction × seed")
+    sw.add_argument("kind", choices=["budget"])
+    _config_flags(sw, skip=("epsilon", "lp_fraction", "seed"))
+    sw.add_argument("--epsilon", dest="epsilons", nargs="+", default=["1", "2", "8"], help="ε values (inf: no DP)")
+    sw.add_argument("--fractions", nargs="+", type=float, default=[round(0.1 * i, 1) for i in range(11)])
+    sw.add_argument("--seeds", nargs="+", type=int, default=[0])
+    sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
+    sw.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the cache)")
+    sw.add_argument("--json", action="store_true")
+    wk = sub.add_parser("worker", help="run waiting trials of dpviz studies in a storage")
+    wk.add_argument("--storage", default=None)
+    wk.add_argument("--study", default=None, help="one study (default: every dpviz study with waiting trials)")
+    wk.add_argument("--threads", type=int, default=None, help="torch threads for this worker")
     fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
     fe.add_argument("run_id")
     fe.add_argument("--step", type=int, default=None)
@@ -69,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args) -> RunConfig:
     d = load_config_file(args.config) if args.config else {}
     d.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
-              if f.name != "extra" and getattr(args, f.name) is not None})
+              if f.name != "extra" and getattr(args, f.name, None) is not None})
     for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths
         if isinstance(v, str) and v.lower() in ("none", "null") and k in ("data_dir", "weights"):
             d[k] = None
@@ -159,6 +173,50 @@ def cmd_delete(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    import subprocess
+
+    from . import sweeps
+
+    base = config_from_args(args)
+    args.epsilons = ["inf" if e.lower() in ("inf", "none") else str(float(e)) for e in args.epsilons]
+    for e in args.epsilons:
+        RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
+    for p in args.fractions:
+        base.replace(lp_fraction=p)
+    space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
+    study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
+    workers = args.workers or min(os.cpu_count() or 1, len(study.get_trials(deepcopy=False)) or 1)
+    cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", args.cache_dir] if args.cache_dir else []) + [
+        "worker", "--study", study.study_name, "--threads", str(sweeps.threads_per_worker(workers))] + (
+        ["--storage", args.storage] if args.storage else [])
+    procs = [subprocess.Popen(cmd) for _ in range(workers)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise DpvizError(f"sweep: {sum(1 for c in codes if c)} worker(s) failed; relaunch to resume")
+    rows = sweeps.table(study)
+    print(_dump(rows) if args.json else "\n".join(
+        f"{r['run_id']}  ε={r['epsilon']}  p={r['lp_fraction']}  seed={r['seed']}  acc {r['test_accuracy']:.4f}"
+        for r in rows))
+    return 0
+
+
+def cmd_worker(args) -> int:
+    import optuna
+    import torch
+
+    from . import sweeps
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    st = sweeps.storage(args.storage, args.cache_dir)
+    names = [args.study] if args.study else [s.study_name for s in optuna.get_all_study_summaries(st)
+                                             if s.study_name.startswith("dpviz-")]
+    for name in names:
+        sweeps.work(optuna.load_study(study_name=name, storage=st), cache_dir=args.cache_dir)
+    return 0
+
+
 def cmd_analyze(args) -> int:
     from .analyses.service import analyze
     from .store import Store
@@ -194,7 +252,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
-                "analyze": cmd_analyze, "features": cmd_features}
+                "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

@@ -37,6 +37,7 @@ def server(cache_dir: Path, log: Path):
     """A fresh Streamlit server on the dashboard; yields its base URL."""
     port = free_port()
     env = dict(os.environ, DPVIZ_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+    env.setdefault("DPVIZ_UMAP_WARMUP", "0")  # numba's compile would compete with what is measured
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
                              "--server.port", str(port)], cwd=ROOT, env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)

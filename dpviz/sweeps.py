@@ -1,0 +1,162 @@
+"""Sweeps and searches as Optuna studies; every trial is an ordinary dpviz run.
+
+* A **budget sweep** is a grid over (ε, LP fraction, seed): the study uses
+  Optuna's `GridSampler`, and every grid point is also enqueued as a waiting
+  trial, so workers pop distinct points atomically from the storage and no
+  point runs twice, however many workers share the study.
+* A **tuning search** samples learning rates, clipping norm, batch size and
+  epochs with TPE.
+
+Storage: ``None`` means zero-setup journal storage in ``<cache>/optuna.journal``
+(Optuna's file journal works across processes on one machine); any Optuna
+storage URL (``postgresql://…``) scales to many machines, each running
+``python -m dpviz worker --storage URL``. A trial's run summary is stored in
+its user attributes, so one dashboard can follow trials run elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import optuna
+
+from .config import RunConfig
+from .store import Store, default_cache_dir, process_token
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+VARYING = {"budget": ("epsilon", "lp_fraction", "seed")}
+
+
+def storage(url: str | None, cache_dir=None):
+    """The Optuna storage: a URL, or the journal file in the cache folder."""
+    if url:
+        return url
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = Path(cache_dir or default_cache_dir()) / "optuna.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _eps(v) -> float:
+    return math.inf if str(v).lower() in ("inf", "none") else float(v)
+
+
+def budget_grid(*, epsilons, fractions, seeds) -> dict:
+    """The grid's search space; ε is kept as text so that "inf" survives JSON."""
+    return {"epsilon": [str(e) for e in epsilons], "lp_fraction": [float(p) for p in fractions],
+            "seed": [int(s) for s in seeds]}
+
+
+def study_name(kind: str, base: RunConfig, space: dict) -> str:
+    blob = json.dumps({"kind": kind, "base": base.to_json(hashed_only=True), "space": space}, sort_keys=True)
+    return f"dpviz-{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None) -> optuna.Study:
+    """Create (or reopen) the budget study and enqueue every grid point not done or in flight."""
+    name = study_name("budget", base, space)
+    st = storage(storage_url, cache_dir)
+    study = optuna.create_study(study_name=name, storage=st, direction="maximize", load_if_exists=True,
+                                sampler=optuna.samplers.GridSampler(space))
+    study.set_user_attr("kind", "budget")
+    study.set_user_attr("base", base.to_dict())
+    study.set_user_attr("space", space)
+    fail_stale(study)
+    taken = {_point(t.params or t.system_attrs.get("fixed_params", {})) for t in study.get_trials(deepcopy=False)
+             if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
+                            optuna.trial.TrialState.WAITING)}
+    for e in space["epsilon"]:
+        for p in space["lp_fraction"]:
+            for s in space["seed"]:
+                if _point({"epsilon": e, "lp_fraction": p, "seed": s}) not in taken:
+                    study.enqueue_trial({"epsilon": e, "lp_fraction": p, "seed": s})
+    return study
+
+
+def _point(params: dict) -> tuple:
+    return tuple(str(params.get(k)) for k in ("epsilon", "lp_fraction", "seed"))
+
+
+def fail_stale(study: optuna.Study) -> int:
+    """Mark RUNNING trials whose worker process (on this host) is gone as FAIL, so they run again."""
+    from .store import _owner_alive
+
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        owner = t.user_attrs.get("owner")
+        if owner and not _owner_alive(owner):
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            n += 1
+    return n
+
+
+def config_of(study: optuna.Study, trial: optuna.Trial) -> RunConfig:
+    base = RunConfig.from_dict(study.user_attrs["base"])
+    space = study.user_attrs["space"]
+    if study.user_attrs["kind"] == "budget":
+        return base.replace(epsilon=_eps(trial.suggest_categorical("epsilon", space["epsilon"])),
+                            lp_fraction=trial.suggest_categorical("lp_fraction", space["lp_fraction"]),
+                            seed=trial.suggest_categorical("seed", space["seed"]))
+    return base.replace(**{k: _suggest(trial, k, v) for k, v in space.items()})
+
+
+def _suggest(trial: optuna.Trial, name: str, spec: list):
+    lo, hi = spec
+    if isinstance(lo, int) and isinstance(hi, int):
+        return trial.suggest_int(name, lo, hi, log=hi / max(lo, 1) > 8)
+    return trial.suggest_float(name, lo, hi, log=True)
+
+
+def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) -> list[dict]:
+    """Run trials of ``study`` in this process until none is waiting (or ``max_trials``)."""
+    store = Store(cache_dir)
+    done = []
+    while max_trials is None or len(done) < max_trials:
+        if study.user_attrs["kind"] == "budget" and not study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            break
+        trial = study.ask()
+        fixed = "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
+        if study.user_attrs["kind"] == "budget" and not fixed:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # another worker took the last point
+            break
+        trial.set_user_attr("owner", process_token())
+        try:
+            s = _run(config_of(study, trial), store)
+        except Exception as e:
+            trial.set_user_attr("error", f"{type(e).__name__}: {e}")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        trial.set_user_attr("summary", {k: s[k] for k in ("run_id", "test_accuracy", "epsilon_spent", "cached")})
+        study.tell(trial, s["test_accuracy"])
+        done.append(s)
+    return done
+
+
+def _run(cfg: RunConfig, store: Store) -> dict:
+    from .runner import run
+
+    return run(cfg, store=store)
+
+
+def table(study: optuna.Study) -> list[dict]:
+    """One row per finished trial: run_id, the varying fields, test accuracy, ε spent."""
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        s = t.user_attrs["summary"]
+        params = {k: (_eps(v) if k == "epsilon" else v) for k, v in t.params.items()}
+        rows.append({"run_id": s["run_id"], **{k: (None if isinstance(v, float) and math.isinf(v) else v)
+                                              for k, v in params.items()},
+                     "test_accuracy": s["test_accuracy"], "epsilon_spent": s["epsilon_spent"]})
+    return rows
+
+
+def threads_per_worker(workers: int) -> int:
+    """torch threads per worker so that threads × workers ≤ cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))

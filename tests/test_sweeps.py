@@ -1,0 +1,59 @@
+"""Budget sweeps as Optuna studies: end to end, resumable, split between workers."""
+
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from dpviz import sweeps
+from dpviz.config import RunConfig
+from dpviz.store import Store
+
+pytestmark = pytest.mark.slow
+BASE = dict(epochs=1, batch_size=512, eval_every=50)
+
+
+def cli(env, *args):
+    return subprocess.run([sys.executable, "-m", "dpviz", *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_budget_sweep_end_to_end(cli_env, cache_dir):
+    r = cli(cli_env, "sweep", "budget", "--epsilon", "1", "8", "--fractions", "0", "1", "--seeds", "0",
+            "--epochs", "1", "--batch-size", "512", "--workers", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert sorted((row["epsilon"], row["lp_fraction"]) for row in rows) == [(1.0, 0.0), (1.0, 1.0), (8.0, 0.0),
+                                                                          (8.0, 1.0)]
+    for row in rows:
+        assert row["epsilon_spent"] <= row["epsilon"] and 0 <= row["test_accuracy"] <= 1
+        assert Store(cache_dir).get_run(row["run_id"])["status"] == "finished"
+
+
+def test_resume_runs_only_missing_points(cache_dir):
+    base = RunConfig(**BASE)
+    space = sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 0.5, 1.0], seeds=[0])
+    study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)
+    first = sweeps.work(study, cache_dir=cache_dir, max_trials=2)  # "stopped" half-way
+    assert len(first) == 2
+    study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)  # relaunch
+    rest = sweeps.work(study, cache_dir=cache_dir)
+    assert len(rest) == 1 and not rest[0]["cached"]
+    assert len(Store(cache_dir).list_runs()) == 3
+    assert len(sweeps.table(study)) == 3
+
+
+def test_two_worker_processes_split_trials_without_duplicates(cli_env, cache_dir):
+    base = RunConfig(**BASE)
+    space = sweeps.budget_grid(epsilons=["1", "4"], fractions=[0.0, 0.5, 1.0], seeds=[0])
+    study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)
+    procs = [subprocess.Popen([sys.executable, "-m", "dpviz", "worker", "--study", study.study_name,
+                               "--threads", "1"], env=cli_env) for _ in range(2)]
+    assert [p.wait(600) for p in procs] == [0, 0]
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    points = [(t.params["epsilon"], t.params["lp_fraction"]) for t in done]
+    assert len(points) == len(set(points)) == 6
+    assert len({t.user_attrs["owner"] for t in done}) == 2  # both workers took trials
+    assert len(Store(cache_dir).list_runs()) == 6
