@@ -69,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
     sw.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the cache)")
     sw.add_argument("--json", action="store_true")
+    tu = sub.add_parser("tune", help="an Optuna TPE search over learning rates, clip norm, batch, epochs")
+    _config_flags(tu, skip=("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs"))
+    for name in ("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs"):
+        tu.add_argument("--" + name.replace("_", "-"), dest="range_" + name, nargs=2, type=float, default=None,
+                        metavar=("LOW", "HIGH"), help="search range (log scale); omitted: the default value")
+    tu.add_argument("--trials", type=int, default=20)
+    tu.add_argument("--workers", type=int, default=1)
+    tu.add_argument("--storage", default=None)
+    tu.add_argument("--json", action="store_true")
     wk = sub.add_parser("worker", help="run waiting trials of dpviz studies in a storage")
     wk.add_argument("--storage", default=None)
     wk.add_argument("--study", default=None, help="one study (default: every dpviz study with waiting trials)")
@@ -201,6 +210,21 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from . import sweeps
+
+    base = config_from_args(args)
+    space = {k: getattr(args, "range_" + k) for k in sweeps.TUNABLE if getattr(args, "range_" + k) is not None}
+    if not space:
+        raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
+    study = sweeps.create_search(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
+    sweeps.work(study, cache_dir=args.cache_dir, max_trials=args.trials)
+    rows = sweeps.table(study)
+    print(_dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
+        f"{k}={v:.4g}" for k, v in r.items() if k in space) for r in rows))
+    return 0
+
+
 def cmd_worker(args) -> int:
     import optuna
     import torch
@@ -252,7 +276,8 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
-                "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker}
+                "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
+                "tune": cmd_tune}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

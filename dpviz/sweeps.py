@@ -79,6 +79,29 @@ def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache
     return study
 
 
+TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int, "epochs": int}
+
+
+def create_search(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None, seed: int = 0) -> optuna.Study:
+    """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale)."""
+    for k, (lo, hi) in space.items():
+        if k not in TUNABLE:
+            from .errors import ConfigError
+            raise ConfigError(k, f"not tunable; tunable fields: {', '.join(TUNABLE)}")
+        if not 0 < lo <= hi:
+            from .errors import ConfigError
+            raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
+    space = {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
+    name = study_name("tune", base, space)
+    study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
+                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
+    study.set_user_attr("kind", "tune")
+    study.set_user_attr("base", base.to_dict())
+    study.set_user_attr("space", space)
+    fail_stale(study)
+    return study
+
+
 def _point(params: dict) -> tuple:
     return tuple(str(params.get(k)) for k in ("epsilon", "lp_fraction", "seed"))
 

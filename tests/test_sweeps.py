@@ -57,3 +57,16 @@ def test_two_worker_processes_split_trials_without_duplicates(cli_env, cache_dir
     assert len(points) == len(set(points)) == 6
     assert len({t.user_attrs["owner"] for t in done}) == 2  # both workers took trials
     assert len(Store(cache_dir).list_runs()) == 6
+
+
+def test_tuning_finds_better_learning_rate_than_a_bad_start(cli_env, cache_dir):
+    bad = RunConfig(strategy="fft", epsilon=1.0, epochs=2, lr_ft=3.0)
+    import dpviz
+    bad_acc = dpviz.run(bad, cache_dir=cache_dir)["test_accuracy"]
+    r = cli(cli_env, "tune", "--strategy", "fft", "--epsilon", "1", "--epochs", "2", "2", "--lr-ft", "0.001", "3",
+            "--trials", "6", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert len(rows) == 6 and all(0.001 <= row["lr_ft"] <= 3 for row in rows)
+    assert max(row["test_accuracy"] for row in rows) > bad_acc + 0.05
+    assert all(row["epsilon_spent"] <= 1.0 for row in rows)
