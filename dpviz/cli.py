@@ -199,7 +199,9 @@ def cmd_sweep(args) -> int:
     cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", args.cache_dir] if args.cache_dir else []) + [
         "worker", "--study", study.study_name, "--threads", str(sweeps.threads_per_worker(workers))] + (
         ["--storage", args.storage] if args.storage else [])
-    procs = [subprocess.Popen(cmd) for _ in range(workers)]
+    threads = str(sweeps.threads_per_worker(workers))
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]  # threads × workers ≤ cores
     codes = [p.wait() for p in procs]
     if any(codes):
         raise DpvizError(f"sweep: {sum(1 for c in codes if c)} worker(s) failed; relaunch to resume")
