@@ -12,6 +12,7 @@ PAGES = (
     ("pages/compare.py", "Compare", ":material/stacked_line_chart:"),
     ("pages/distortion.py", "Feature distortion", ":material/scatter_plot:"),
     ("pages/separability.py", "Separability law", ":material/ssid_chart:"),
+    ("pages/budget.py", "Budget allocation", ":material/tune:"),
 )
 
 

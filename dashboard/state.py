@@ -44,3 +44,9 @@ def umap_warmup() -> dict:
 
     threading.Thread(target=work, name="dpviz-umap-warmup", daemon=True).start()
     return status
+
+
+@st.cache_resource(show_spinner=False)
+def worker_processes() -> list:
+    """Sweep worker processes started by this server (they also finish if the server stops)."""
+    return []

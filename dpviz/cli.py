@@ -183,8 +183,6 @@ def cmd_delete(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    import subprocess
-
     from . import sweeps
 
     base = config_from_args(args)
@@ -196,12 +194,7 @@ def cmd_sweep(args) -> int:
     space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
     study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = args.workers or min(os.cpu_count() or 1, len(study.get_trials(deepcopy=False)) or 1)
-    cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", args.cache_dir] if args.cache_dir else []) + [
-        "worker", "--study", study.study_name, "--threads", str(sweeps.threads_per_worker(workers))] + (
-        ["--storage", args.storage] if args.storage else [])
-    threads = str(sweeps.threads_per_worker(workers))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]  # threads × workers ≤ cores
+    procs = sweeps.start_workers(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
     codes = [p.wait() for p in procs]
     if any(codes):
         raise DpvizError(f"sweep: {sum(1 for c in codes if c)} worker(s) failed; relaunch to resume")

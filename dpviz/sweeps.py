@@ -183,3 +183,25 @@ def table(study: optuna.Study) -> list[dict]:
 def threads_per_worker(workers: int) -> int:
     """torch threads per worker so that threads × workers ≤ cores."""
     return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def studies(url: str | None = None, cache_dir=None, kind: str | None = None) -> list[optuna.Study]:
+    """dpviz studies in a storage (newest first), optionally of one kind."""
+    st = storage(url, cache_dir)
+    out = []
+    for s in reversed(optuna.get_all_study_summaries(st)):
+        if s.study_name.startswith("dpviz-") and (kind is None or s.user_attrs.get("kind") == kind):
+            out.append(optuna.load_study(study_name=s.study_name, storage=st))
+    return out
+
+
+def start_workers(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=None) -> list:
+    """Worker processes for ``study`` (threads × workers ≤ cores); returns the Popen objects."""
+    import subprocess
+    import sys
+
+    threads = str(threads_per_worker(workers))
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", str(cache_dir)] if cache_dir else []) + [
+        "worker", "--study", study.study_name, "--threads", threads] + (["--storage", storage_url] if storage_url else [])
+    return [subprocess.Popen(cmd, env=env) for _ in range(workers)]

@@ -13,7 +13,8 @@ from dpviz.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/compare.py": ["runs", "metric"],
-         "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"]}
+         "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"],
+         "pages/budget.py": ["ε values", "LP fractions p", "seeds"]}
 
 
 @pytest.fixture

@@ -1,0 +1,106 @@
+"""Budget allocation: how to split ε between linear probing and full fine-tuning."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import layout, runs, state
+from dpviz import figures, results, sweeps
+from dpviz.config import RunConfig
+from dpviz.errors import DpvizError
+
+layout.page_setup("Budget allocation", r"""
+LP-FFT spends a share p of its steps — and, with one noise multiplier for the whole run, exactly the same
+share of its privacy loss — on linear probing, the rest on full fine-tuning. Seeds 000/001 predict a **utility
+curve** with an interior optimum in p, and that the best LP share **grows as ε shrinks**. A sweep over
+(ε, p, seed) is an Optuna study (grid sampler); its runs go to background worker processes and every point is
+an ordinary stored run, so the other pages can open it. Relaunching the same sweep only runs missing points.
+""")
+
+st.subheader("1 · Sweep")
+c1, c2, c3 = st.columns([3, 4, 2])
+eps = c1.multiselect("ε values", ["0.5", "1", "2", "4", "8", "inf"], default=["1", "2", "8"], key="bu_eps")
+fractions = c2.multiselect("LP fractions p", [round(0.1 * i, 1) for i in range(11)],
+                           default=[round(0.1 * i, 1) for i in range(11)], key="bu_p")
+seeds = c3.multiselect("seeds", list(range(5)), default=[0], key="bu_seeds")
+c = st.columns(5)
+base_fields = {"backbone": c[0].selectbox("backbone", ["cnn", "vit"], key="bu_backbone"),
+               "epochs": int(c[1].number_input("epochs", 1, 500, 20, key="bu_epochs")),
+               "lr_lp": c[2].number_input("LR (LP)", 1e-5, 100.0, 0.5, format="%.4g", key="bu_lr_lp"),
+               "lr_ft": c[3].number_input("LR (FT)", 1e-5, 100.0, 0.01, format="%.4g", key="bu_lr_ft")}
+workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="bu_workers"))
+try:
+    base = RunConfig(strategy="lp-fft", **base_fields)
+    for e in eps:
+        base.replace(epsilon=e)
+    if not (eps and fractions and seeds):
+        raise DpvizError("sweep: choose at least one ε, one fraction and one seed")
+except DpvizError as e:
+    st.error(str(e), icon=":material/error:")
+    base = None
+space = sweeps.budget_grid(epsilons=sorted(eps, key=lambda e: float(e)), fractions=sorted(fractions),
+                           seeds=sorted(seeds)) if base else None
+if base and st.button(f"Launch sweep ({len(eps) * len(fractions) * len(seeds)} runs, {workers} workers)",
+                      type="primary", key="bu_launch"):
+    study = sweeps.create_budget_sweep(base, space, cache_dir=state.store().root)
+    state.worker_processes().extend(sweeps.start_workers(study, workers=workers, cache_dir=state.store().root))
+    st.session_state["bu_study"] = study.study_name
+    st.toast(f"Sweep {study.study_name} started")
+
+st.subheader("2 · Utility curve")
+all_studies = sweeps.studies(cache_dir=state.store().root, kind="budget")
+if not all_studies:
+    st.info("No budget sweep yet: launch one above (or `python -m dpviz sweep budget …`).")
+    st.stop()
+names = [s.study_name for s in all_studies]
+default = names.index(st.session_state["bu_study"]) if st.session_state.get("bu_study") in names else 0
+name = st.selectbox("sweep", names, index=default, key="bu_pick")
+study = all_studies[names.index(name)]
+
+
+@st.fragment(run_every=2.0)
+def render_curve():
+    rows = pd.DataFrame(sweeps.table(study))
+    total = len(study.get_trials(deepcopy=False))
+    st.progress(len(rows) / max(total, 1), text=f"{len(rows)} of {total} points finished")
+    if rows.empty:
+        return
+    fig = figures.utility_curve(rows)
+    st.plotly_chart(fig, key="bu_curve")
+    store = state.store()
+    configs = [store.get_run(r)["config"] for r in rows["run_id"] if _stored(store, r)]
+    runs.render_export(fig, rows, configs, f"dpviz_utility_{name}", "exp-utility")
+    best = rows.groupby(["epsilon", "lp_fraction"], dropna=False)["test_accuracy"].mean().reset_index()
+    picks = best.loc[best.groupby("epsilon", dropna=False)["test_accuracy"].idxmax()]
+    text = ", ".join(f"ε={'∞' if pd.isna(r.epsilon) else f'{r.epsilon:g}'}: p={r.lp_fraction:g}"
+                     for r in picks.itertuples())
+    ps = list(picks.dropna(subset=["epsilon"]).sort_values("epsilon")["lp_fraction"])  # smallest ε first
+    if len(ps) < 2:
+        verdict = ""
+    elif ps[0] > ps[-1] and all(a >= b for a, b in zip(ps, ps[1:])):
+        verdict = "The best share grows as ε shrinks, as the papers predict."
+    elif len(set(ps)) == 1:
+        verdict = "The best share is the same at every ε here."
+    else:
+        verdict = "The best share does not grow monotonically as ε shrinks here."
+    layout.reading(f"best LP share per ε — {text}. {verdict}")
+
+
+def _stored(store, run_id):
+    try:
+        store.get_run(run_id)
+        return True
+    except DpvizError:
+        return False
+
+
+render_curve()
+
+st.subheader("3 · Training curves at one LP fraction")
+rows = pd.DataFrame(sweeps.table(study))
+if len(rows):
+    p = st.select_slider("LP fraction", sorted(rows["lp_fraction"].unique()), key="bu_slider")
+    ids = [r for r in rows[rows["lp_fraction"] == p]["run_id"] if _stored(state.store(), r)]
+    if ids:
+        df = results.curves(state.store(), ids)
+        fig = figures.metric_curves(df, "test_accuracy")
+        st.plotly_chart(fig, key="bu_runs")
