@@ -15,6 +15,7 @@ write at once; WAL plus a busy timeout turns contention into waiting, not
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -86,15 +87,20 @@ class Store:
         self.root = Path(cache_dir) if cache_dir else default_cache_dir()
         self.root.mkdir(parents=True, exist_ok=True)
         self.db = self.root / "runs.sqlite"
-        with self._conn() as c:
-            c.executescript(SCHEMA)
-        self.recover()
+        # Creating the file, switching it to WAL (a persistent setting) and the schema happen
+        # under a file lock: two processes opening a new store at once would otherwise race
+        # on the journal-mode switch ("database is locked").
+        with open(self.root / ".store.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with self._conn() as c:
+                c.execute("PRAGMA journal_mode=WAL")
+                c.executescript(SCHEMA)
+            self.recover()
 
     @contextmanager
     def _conn(self):
         c = sqlite3.connect(self.db, timeout=60, isolation_level=None)
         try:
-            c.execute("PRAGMA journal_mode=WAL")
             c.execute("PRAGMA synchronous=NORMAL")
             c.execute("PRAGMA busy_timeout=60000")
             c.row_factory = sqlite3.Row

@@ -103,3 +103,19 @@ def test_delete_removes_rows_and_files_only_for_that_run(tmp_path):
     assert s.metrics(a) == {} and s.metrics(b)["loss"] == [(0, 1.0)]
     assert s.load_features(b, 0)["layer_0"].shape == (2, 3)
     assert list(s.run_dir(b).rglob("*.tmp")) == []
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_store_at_once(tmp_path):
+    """Several processes creating the same store simultaneously: no 'database is locked'."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = f"import sys; sys.path.insert(0, {root!r}); from dpviz.store import Store; Store({str(tmp_path)!r})"
+    for _ in range(3):
+        procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE) for _ in range(6)]
+        for p in procs:
+            assert p.wait(120) == 0, p.stderr.read().decode()
+        for f in tmp_path.iterdir():
+            if f.is_file():
+                f.unlink()
+    with sqlite3.connect(Store(tmp_path).db) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
