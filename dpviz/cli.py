@@ -212,8 +212,13 @@ def cmd_tune(args) -> int:
     space = {k: getattr(args, "range_" + k) for k in sweeps.TUNABLE if getattr(args, "range_" + k) is not None}
     if not space:
         raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
-    study = sweeps.create_search(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
-    sweeps.work(study, cache_dir=args.cache_dir, max_trials=args.trials)
+    study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir)
+    if args.workers > 1:
+        procs = sweeps.start_workers(study, workers=args.workers, cache_dir=args.cache_dir, storage_url=args.storage)
+        if any(p.wait() for p in procs):
+            raise DpvizError("tune: a worker failed; relaunch to resume")
+    else:
+        sweeps.work(study, cache_dir=args.cache_dir)
     rows = sweeps.table(study)
     print(_dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
         f"{k}={v:.4g}" for k, v in r.items() if k in space) for r in rows))

@@ -82,8 +82,12 @@ def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache
 TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int, "epochs": int}
 
 
-def create_search(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None, seed: int = 0) -> optuna.Study:
-    """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale)."""
+def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url=None, cache_dir=None,
+                  seed: int = 0) -> optuna.Study:
+    """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale).
+
+    ``trials`` is the study's budget: workers stop once that many trials are finished or running.
+    """
     for k, (lo, hi) in space.items():
         if k not in TUNABLE:
             from .errors import ConfigError
@@ -96,6 +100,7 @@ def create_search(base: RunConfig, space: dict, *, storage_url=None, cache_dir=N
     study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
                                 load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
     study.set_user_attr("kind", "tune")
+    study.set_user_attr("n_trials", max(int(trials), int(study.user_attrs.get("n_trials", 0))))
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
     fail_stale(study)
@@ -144,6 +149,9 @@ def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) 
         if study.user_attrs["kind"] == "budget" and not study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             break
+        if study.user_attrs["kind"] == "tune" and len(study.get_trials(deepcopy=False, states=(
+                optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING))) >= study.user_attrs["n_trials"]:
+            break  # the search's trial budget is spent (shared by all workers)
         trial = study.ask()
         fixed = "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
         if study.user_attrs["kind"] == "budget" and not fixed:

@@ -70,3 +70,12 @@ def test_tuning_finds_better_learning_rate_than_a_bad_start(cli_env, cache_dir):
     assert len(rows) == 6 and all(0.001 <= row["lr_ft"] <= 3 for row in rows)
     assert max(row["test_accuracy"] for row in rows) > bad_acc + 0.05
     assert all(row["epsilon_spent"] <= 1.0 for row in rows)
+
+
+def test_worker_stops_when_the_search_budget_is_spent(cli_env, cache_dir):
+    base = RunConfig(strategy="lp", **BASE)
+    study = sweeps.create_search(base, {"lr_lp": [0.01, 3.0]}, trials=3, cache_dir=cache_dir)
+    r = subprocess.run([sys.executable, "-m", "dpviz", "worker", "--study", study.study_name], env=cli_env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
