@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 def _config_flags(p: argparse.ArgumentParser, skip=()) -> None:
     g = p.add_argument_group("run configuration (see RunConfig)")
     for f in fields(RunConfig):
-        if f.name != "extra" and f.name not in skip:
+        if f.name not in skip:
             g.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V",
                            help=f"default: {f.default}")
     g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args) -> RunConfig:
     d = load_config_file(args.config) if args.config else {}
     d.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
-              if f.name != "extra" and getattr(args, f.name, None) is not None})
+              if getattr(args, f.name, None) is not None})
     for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths
         if isinstance(v, str) and v.lower() in ("none", "null") and k in ("data_dir", "weights"):
             d[k] = None

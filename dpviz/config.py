@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .errors import ConfigError
@@ -81,7 +81,6 @@ class RunConfig:
     eval_subset: int = 360
     grad_sample_mode: str = "auto"
     device: str = "auto"
-    extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         _coerce(self)
@@ -92,7 +91,7 @@ class RunConfig:
         return math.isfinite(self.epsilon)
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         if not math.isfinite(d["epsilon"]):
             d["epsilon"] = "inf"
         return d
@@ -113,7 +112,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
-        names = {f.name for f in fields(cls)} - {"extra"}
+        names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(unknown[0], f"unknown field; allowed fields: {', '.join(sorted(names))}")
