@@ -55,6 +55,7 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         page.goto(url + "/compare", timeout=60000)
         page.get_by_role("heading", name="Compare").wait_for(timeout=90000)
         assert page.get_by_text("Differentially private fine-tuning lab").is_visible()
+        page.get_by_role("link", name="Runs").first.wait_for(timeout=60000)  # the sidebar's page links
         assert page.get_by_role("link", name="Runs").count() >= 1
         page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0", timeout=60000)
         with page.expect_download(timeout=60000) as dl:
