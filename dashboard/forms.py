@@ -43,7 +43,7 @@ def _model_widgets() -> dict:
     c1, c2, c3, c4 = st.columns(4)
     dataset = c1.selectbox("dataset", DATASETS, key="f_dataset")
     data_dir = c2.text_input("data folder (real datasets)", key="f_data_dir",
-                             disabled=dataset in ("digits", "synthetic"))
+                             disabled=dataset in ("digits", "glyphs", "synthetic"))
     backbone = c3.selectbox("backbone", BACKBONES, key="f_backbone")
     weights = c4.text_input("weights file (torchvision/timm)", key="f_weights", disabled=backbone in ("cnn", "vit"))
     return {"dataset": dataset, "data_dir": data_dir or None, "backbone": backbone, "weights": weights or None}

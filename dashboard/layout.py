@@ -12,7 +12,8 @@ PAGES = (
     ("pages/compare.py", "Compare", ":material/stacked_line_chart:"),
     ("pages/distortion.py", "Feature distortion", ":material/scatter_plot:"),
     ("pages/separability.py", "Separability law", ":material/ssid_chart:"),
-    ("pages/budget.py", "Budget allocation", ":material/tune:"),
+    ("pages/budget.py", "Budget allocation", ":material/pie_chart:"),
+    ("pages/tuning.py", "Tuning", ":material/tune:"),
 )
 
 

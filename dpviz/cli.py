@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         tu.add_argument("--" + name.replace("_", "-"), dest="range_" + name, nargs=2, type=float, default=None,
                         metavar=("LOW", "HIGH"), help="search range (log scale); omitted: the default value")
     tu.add_argument("--trials", type=int, default=20)
+    tu.add_argument("--proxy", default=None, help="tune on this public dataset (glyphs, synthetic) instead of the "
+                    "private one; without it every trial spends privacy that no run's ε includes")
     tu.add_argument("--workers", type=int, default=1)
     tu.add_argument("--storage", default=None)
     tu.add_argument("--json", action="store_true")
@@ -212,7 +214,11 @@ def cmd_tune(args) -> int:
     space = {k: getattr(args, "range_" + k) for k in sweeps.TUNABLE if getattr(args, "range_" + k) is not None}
     if not space:
         raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
-    study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir)
+    study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir,
+                                 proxy=args.proxy)
+    if not args.proxy:
+        print(f"dpviz: note: tuning on the private dataset '{base.dataset}': each trial spends privacy that no "
+              "run's ε includes (use --proxy glyphs to tune on public data)", file=sys.stderr)
     if args.workers > 1:
         procs = sweeps.start_workers(study, workers=args.workers, cache_dir=args.cache_dir, storage_url=args.storage)
         if any(p.wait() for p in procs):

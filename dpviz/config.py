@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 SCHEMA_VERSION = 1
-DATASETS = ("digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "stl10", "folder")
+DATASETS = ("digits", "glyphs", "synthetic", "mnist", "fashion-mnist", "cifar10", "stl10", "folder")
 BACKBONES = ("cnn", "vit", "resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")
 STRATEGIES = ("lp", "fft", "lp-fft", "partial")
 ACCOUNTANTS = ("prv", "rdp", "gdp")
@@ -35,7 +35,7 @@ class RunConfig:
 
     Attributes:
         dataset: private dataset name (see `DATASETS`).
-        data_dir: folder holding a real dataset's files (not used by digits/synthetic).
+        data_dir: folder holding a real dataset's files (not used by digits/glyphs/synthetic).
         backbone: backbone name (see `BACKBONES`).
         weights: local weights file for torchvision/timm backbones.
         strategy: lp, fft, lp-fft (LP for a share of steps, then FFT) or partial.

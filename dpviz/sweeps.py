@@ -83,11 +83,27 @@ TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int
 
 
 def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url=None, cache_dir=None,
-                  seed: int = 0) -> optuna.Study:
+                  seed: int = 0, proxy: str | None = None) -> optuna.Study:
     """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale).
 
-    ``trials`` is the study's budget: workers stop once that many trials are finished or running.
+    Args:
+        base: the run to tune; its ``dataset`` is the private target.
+        space: ranges of `TUNABLE` fields.
+        trials: the study's budget: workers stop once that many trials are finished or running.
+        seed: TPE's seed.
+        proxy: a public dataset (one of `PUBLIC`) to run the trials on instead of the private one, under the
+            same ε so the hyperparameters suit the same noise. ``None`` tunes on the private data: every
+            trial then spends privacy that no single run's ε includes.
     """
+    target = base
+    if proxy is not None:
+        from .data.glyphs import PUBLIC
+        from .errors import ConfigError
+
+        if proxy not in PUBLIC or proxy == base.dataset:
+            raise ConfigError("proxy", f"a public dataset dpviz generates ({', '.join(PUBLIC)}), "
+                              f"not the private one", proxy)
+        base = base.replace(dataset=proxy, data_dir=None)
     for k, (lo, hi) in space.items():
         if k not in TUNABLE:
             from .errors import ConfigError
@@ -96,10 +112,12 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
             from .errors import ConfigError
             raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
     space = {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
-    name = study_name("tune", base, space)
+    name = study_name("tune", base, {**space, "target": target.dataset})
     study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
                                 load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
     study.set_user_attr("kind", "tune")
+    study.set_user_attr("target", target.to_dict())
+    study.set_user_attr("proxy", proxy)
     study.set_user_attr("n_trials", max(int(trials), int(study.user_attrs.get("n_trials", 0))))
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
@@ -186,6 +204,21 @@ def table(study: optuna.Study) -> list[dict]:
                                               for k, v in params.items()},
                      "test_accuracy": s["test_accuracy"], "epsilon_spent": s["epsilon_spent"]})
     return rows
+
+
+def best_config(study: optuna.Study) -> RunConfig:
+    """The private target run with the best trial's hyperparameters (tuned on a proxy or not)."""
+    best = study.best_trial  # raises ValueError while no trial is complete
+    target = RunConfig.from_dict(study.user_attrs.get("target", study.user_attrs["base"]))
+    return target.replace(**best.params)
+
+
+def private_trials(study: optuna.Study) -> int:
+    """Trials that trained on private data (their privacy cost is not in any run's ε)."""
+    if study.user_attrs.get("kind") != "tune" or study.user_attrs.get("proxy"):
+        return 0
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                        optuna.trial.TrialState.RUNNING)))
 
 
 def threads_per_worker(workers: int) -> int:

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/compare.py": ["runs", "metric"],
          "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"],
-         "pages/budget.py": ["ε values", "LP fractions p", "seeds"]}
+         "pages/budget.py": ["ε values", "LP fractions p", "seeds"],
+         "pages/tuning.py": ["strategy", "ε", "trials", "lr_ft low", "lr_ft high"]}
 
 
 @pytest.fixture
@@ -38,7 +39,8 @@ def open_page(page: str) -> AppTest:
 
 
 def labels(at):
-    found = [w.label for kind in ("select_slider", "slider", "button", "multiselect", "selectbox", "number_input")
+    found = [w.label for kind in ("select_slider", "slider", "button", "multiselect", "selectbox", "number_input",
+                                  "radio", "checkbox")
              for w in getattr(at, kind)]
     return found
 
@@ -82,3 +84,36 @@ def test_bad_form_input_shows_error_and_launches_nothing(key, value, field, app_
     assert at.error and field in at.error[0].value
     assert not [b for b in at.button if b.key == "launch"]
     assert Store(app_env).list_runs() == []
+
+
+def test_tuning_page_shows_trials_and_launches_the_best_on_private_data(app_env):
+    from dpviz import sweeps
+    from dpviz.config import RunConfig
+
+    base = RunConfig(strategy="fft", epsilon=2.0, epochs=1, batch_size=512, eval_every=50)
+    study = sweeps.create_search(base, {"lr_ft": [0.003, 0.3]}, trials=3, proxy="glyphs", cache_dir=app_env)
+    sweeps.work(study, cache_dir=app_env)
+    assert {r["config"]["dataset"] for r in Store(app_env).list_runs()} == {"glyphs"}  # trials never saw digits
+    at = open_page("pages/tuning.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.warning  # proxy tuning: no privacy warning
+    best = sweeps.best_config(study)
+    assert best.dataset == "digits" and best.lr_ft == study.best_trial.params["lr_ft"]
+    at.button(key="tu_launch_best").click().run()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        mine = [r for r in Store(app_env).list_runs() if r["config"]["dataset"] == "digits"]
+        if mine and mine[0]["status"] == "finished":
+            break
+        time.sleep(0.5)
+    assert mine and mine[0]["status"] == "finished" and mine[0]["config"]["lr_ft"] == best.lr_ft
+
+
+def test_tuning_page_warns_on_private_data_and_rejects_bad_ranges(app_env):
+    at = open_page("pages/tuning.py")
+    assert not at.warning
+    at.radio(key="tu_where").set_value(at.radio(key="tu_where").options[-1]).run()
+    assert at.warning and "not" in at.warning[0].value and "ε" in at.warning[0].value
+    at.number_input(key="tu_lo_lr_ft").set_value(0.5).run()  # low > high (0.3)
+    assert at.error and "lr_ft" in at.error[0].value
+    assert not [b for b in at.button if b.key == "tu_launch"]

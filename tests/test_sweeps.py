@@ -1,6 +1,7 @@
 """Budget sweeps as Optuna studies: end to end, resumable, split between workers."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -79,3 +80,37 @@ def test_worker_stops_when_the_search_budget_is_spent(cli_env, cache_dir):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
+
+
+@pytest.fixture
+def postgres():
+    from pg_util import Server, bindir
+
+    if bindir() is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL server binaries missing: .ci/run installs Debian's postgresql")
+        pytest.skip("Debian's postgresql is not installed (apt-get install postgresql)")
+    server = Server().start()
+    yield server
+    server.stop()
+
+
+def test_two_workers_on_postgresql_split_a_study(postgres, cli_env, cache_dir):
+    base = RunConfig(**BASE)
+    space = sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 0.25, 0.5, 1.0], seeds=[0])
+    study = sweeps.create_budget_sweep(base, space, storage_url=postgres.url, cache_dir=cache_dir)
+    procs = [subprocess.Popen([sys.executable, "-m", "dpviz", "worker", "--storage", postgres.url, "--threads", "1"],
+                              env=cli_env) for _ in range(2)]
+    assert [p.wait(600) for p in procs] == [0, 0]
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    points = [t.params["lp_fraction"] for t in done]
+    assert sorted(points) == [0.0, 0.25, 0.5, 1.0]  # every point once, none twice
+    assert len({t.user_attrs["owner"] for t in done}) == 2
+    assert [s.study_name for s in sweeps.studies(postgres.url, kind="budget")] == [study.study_name]
+    rows = sweeps.table(study)
+    assert all(r["epsilon_spent"] <= 2.0 for r in rows) and len(Store(cache_dir).list_runs()) == 4
+
+
+def test_tune_rejects_a_private_proxy(cli_env):
+    r = cli(cli_env, "tune", "--lr-ft", "0.001", "1", "--proxy", "digits", "--json")
+    assert r.returncode == 2 and "proxy" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -77,7 +77,7 @@ def load(cfg) -> Bundle:
     return LOADERS[cfg.dataset](cfg)
 
 
-from . import digits, synthetic  # noqa: E402,F401  (registration)
+from . import digits, glyphs, synthetic  # noqa: E402,F401  (registration)
 
 try:  # real on-disk formats (torchvision, image folders)
     from . import files  # noqa: E402,F401

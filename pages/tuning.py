@@ -1,0 +1,125 @@
+"""Tuning: a TPE hyperparameter search, its trials live, and the best configuration as a run."""
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import layout, runs, state
+from dpviz import figures_tuning, sweeps
+from dpviz.config import STRATEGIES, RunConfig
+from dpviz.data.glyphs import PUBLIC
+from dpviz.errors import ConfigError, DpvizError
+
+layout.page_setup("Tuning", r"""
+A search over learning rates (per phase), clipping norm C, batch size B and epochs, run as an Optuna study
+with the TPE sampler: every trial is an ordinary DP run at the chosen ε, stored like any other. Seed 002's
+point is that with *tuned* hyperparameters DP noise hurts far less.
+
+**Tuning costs privacy.** Each trial trained on the private data spends its own ε; choosing the best of
+*N* trials releases information about the private data that **no single run's ε includes** (the total is
+at least the composition of the trials' budgets, unless a private-selection mechanism is used). The honest
+alternative, offered below and selected by default, is to tune on a **public proxy task** — `glyphs`, digit
+glyphs that dpviz generates from stroke templates, resembling the embedded digits — under the same ε (so
+the hyperparameters suit the same noise), then launch the best configuration once on the private data.
+""")
+
+DEFAULT_RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3), "clip_norm": (0.1, 10.0),
+                  "batch_size": (64, 1024), "epochs": (5, 40)}
+LR_FOR = {"lp": ("lr_lp",), "fft": ("lr_ft",), "lp-fft": ("lr_lp", "lr_ft"), "partial": ("lr_ft",)}
+PRIVATE = "private data (costs privacy not in any run's ε)"
+
+st.subheader("1 · Search")
+c = st.columns([2, 2, 4, 1, 1])
+strategy = c[0].selectbox("strategy", [s for s in STRATEGIES if s in LR_FOR], index=1, key="tu_strategy")
+eps = c[1].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="tu_eps")
+where = c[2].radio("tune on", [f"public proxy: {p}" for p in PUBLIC] + [PRIVATE], key="tu_where", horizontal=True)
+trials = int(c[3].number_input("trials", 2, 500, 12, key="tu_trials"))
+workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="tu_workers"))
+proxy = None if where == PRIVATE else where.split(": ")[1]
+if proxy is None:
+    st.warning("Trials will train on the private dataset: the privacy they spend is **not** counted in any "
+               "run's ε. Prefer a public proxy unless you account for the search separately.",
+               icon=":material/warning:")
+
+space = {}
+for name, (lo, hi) in DEFAULT_RANGES.items():
+    r = st.columns([2, 2, 2, 6])
+    on = r[0].checkbox(f"search {name}", value=name in LR_FOR[strategy], key=f"tu_on_{name}")
+    is_int = isinstance(lo, int)
+    fmt = "%d" if is_int else "%.4g"
+    low = r[1].number_input(f"{name} low", value=lo, format=fmt, key=f"tu_lo_{name}", disabled=not on,
+                            min_value=1 if is_int else 1e-6)
+    high = r[2].number_input(f"{name} high", value=hi, format=fmt, key=f"tu_hi_{name}", disabled=not on,
+                             min_value=1 if is_int else 1e-6)
+    if on:
+        space[name] = [low, high]
+
+try:
+    if not space:
+        raise ConfigError("ranges", "tick at least one field to search")
+    base = RunConfig(strategy=strategy, epsilon=eps)
+    for k, (lo, hi) in space.items():
+        if not 0 < lo <= hi:
+            raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
+except DpvizError as e:
+    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+    base = None
+if base and st.button(f"Launch search ({trials} trials, {workers} workers)", type="primary", key="tu_launch"):
+    try:
+        study = sweeps.create_search(base, space, trials=trials, proxy=proxy, cache_dir=state.store().root)
+        state.worker_processes().extend(sweeps.start_workers(study, workers=workers, cache_dir=state.store().root))
+        st.session_state["tu_study"] = study.study_name
+        st.toast(f"Search {study.study_name} started")
+    except DpvizError as e:
+        st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+
+st.subheader("2 · Trials")
+all_studies = sweeps.studies(cache_dir=state.store().root, kind="tune")
+if not all_studies:
+    st.info("No search yet: launch one above (or `python -m dpviz tune … --proxy glyphs`).")
+    st.stop()
+names = [s.study_name for s in all_studies]
+default = names.index(st.session_state["tu_study"]) if st.session_state.get("tu_study") in names else 0
+name = st.selectbox("search", names, index=default, key="tu_pick",
+                    format_func=lambda n: f"{n} — {figures_tuning.subtitle(all_studies[names.index(n)])}")
+study = all_studies[names.index(name)]
+
+
+@st.fragment(run_every=2.0)
+def render_trials():
+    rows = pd.DataFrame(sweeps.table(study))
+    budget = study.user_attrs.get("n_trials", len(rows))
+    st.progress(min(len(rows) / max(budget, 1), 1.0), text=f"{len(rows)} of {budget} trials finished")
+    n_private = sweeps.private_trials(study)
+    if n_private:
+        st.warning(f"{n_private} trials of this search trained on the private data: the search as a whole "
+                   "spent privacy that the per-run ε values below do not include.", icon=":material/warning:")
+    cols = st.columns(3)
+    for col, kind in zip(cols, figures_tuning.KINDS):
+        col.plotly_chart(figures_tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
+    if rows.empty:
+        return
+    st.dataframe(rows.sort_values("test_accuracy", ascending=False), hide_index=True, key="tu_table")
+    fig = figures_tuning.tuning_figure(study, "history")
+    runs.render_export(fig, rows, [study.user_attrs["base"]], f"dpviz_tuning_{name}", "exp-tuning")
+
+
+render_trials()
+
+st.subheader("3 · Best configuration")
+try:
+    best = sweeps.best_config(study)
+except ValueError:
+    st.caption("No finished trial yet.")
+    st.stop()
+tuned = {k: best.to_dict()[k] for k in study.user_attrs["space"]}
+st.markdown("Best trial's values: " + ", ".join(
+    f"`{k} = {v:.4g}`" if isinstance(v, float) and not math.isinf(v) else f"`{k} = {v}`" for k, v in tuned.items()))
+target = "the private dataset" + (f" (tuned on public '{study.user_attrs['proxy']}')"
+                                  if study.user_attrs.get("proxy") else "")
+if st.button(f"Launch the best configuration on {best.dataset} — {target}", key="tu_launch_best"):
+    job = state.job_manager().submit(best)
+    st.session_state["watch"] = job.job_id
+    st.toast(f"Launched {best.strategy} at ε = {best.epsilon:g} with the tuned values")
+st.page_link("pages/runs.py", label="Watch it on the Runs page →", icon=":material/rocket_launch:")
