@@ -32,7 +32,12 @@ VARYING = {"budget": ("epsilon", "lp_fraction", "seed")}
 
 
 def storage(url: str | None, cache_dir=None):
-    """The Optuna storage: a URL, or the journal file in the cache folder."""
+    """The Optuna storage: a URL (or ``$DPVIZ_STORAGE``), else the journal file in the cache folder.
+
+    Setting ``DPVIZ_STORAGE`` before ``bash run.sh app`` lets one dashboard watch studies that
+    workers on other machines run against a shared PostgreSQL.
+    """
+    url = url or os.environ.get("DPVIZ_STORAGE")
     if url:
         return url
     from optuna.storages import JournalStorage

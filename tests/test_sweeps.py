@@ -107,6 +107,11 @@ def test_two_workers_on_postgresql_split_a_study(postgres, cli_env, cache_dir):
     assert sorted(points) == [0.0, 0.25, 0.5, 1.0]  # every point once, none twice
     assert len({t.user_attrs["owner"] for t in done}) == 2
     assert [s.study_name for s in sweeps.studies(postgres.url, kind="budget")] == [study.study_name]
+    os.environ["DPVIZ_STORAGE"] = postgres.url  # how a dashboard is pointed at the shared storage
+    try:
+        assert [s.study_name for s in sweeps.studies(kind="budget", cache_dir=cache_dir)] == [study.study_name]
+    finally:
+        del os.environ["DPVIZ_STORAGE"]
     rows = sweeps.table(study)
     assert all(r["epsilon_spent"] <= 2.0 for r in rows) and len(Store(cache_dir).list_runs()) == 4
 
