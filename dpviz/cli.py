@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("delete", help="delete stored runs and their files")
     de.add_argument("run_ids", nargs="+")
     an = sub.add_parser("analyze", help="an analysis of a stored checkpoint (private-data statistics)")
-    an.add_argument("analysis", help="knn, embedding, separability or residual")
+    an.add_argument("analysis", help="knn, embedding, separability, residual or hessian")
     an.add_argument("run_id")
     an.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
     an.add_argument("--k", type=int, default=None, help="neighbours for knn")
@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--storage", default=None)
     wk.add_argument("--study", default=None, help="one study (default: every dpviz study with waiting trials)")
     wk.add_argument("--threads", type=int, default=None, help="torch threads for this worker")
+    ac = sub.add_parser("accountants", help="σ each accountant needs for (ε, δ) as the batch size grows")
+    ac.add_argument("--epsilon", type=float, required=True)
+    ac.add_argument("--delta", type=float, required=True)
+    ac.add_argument("--epochs", type=int, required=True)
+    ac.add_argument("--dataset-size", type=int, required=True)
+    ac.add_argument("--batch-sizes", type=int, nargs="+", required=True)
+    ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv"])
+    ac.add_argument("--json", action="store_true")
     fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
     fe.add_argument("run_id")
     fe.add_argument("--step", type=int, default=None)
@@ -261,6 +269,31 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_accountants(args) -> int:
+    from .config import ACCOUNTANTS
+    from .privacy.accounting import sigma_by_batch_size
+
+    checks = (("epsilon", args.epsilon > 0 and math.isfinite(args.epsilon), "a finite number > 0"),
+              ("delta", 0 < args.delta < 1, "a number in (0, 1)"), ("epochs", args.epochs >= 1, "an integer >= 1"),
+              ("dataset_size", args.dataset_size >= 1, "an integer >= 1"),
+              ("batch_sizes", all(1 <= b <= args.dataset_size for b in args.batch_sizes),
+               f"integers in [1, dataset_size = {args.dataset_size}]"),
+              ("accountants", set(args.accountants) <= set(ACCOUNTANTS), f"some of {', '.join(ACCOUNTANTS)}"))
+    for name, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(name, allowed, getattr(args, name))
+    try:
+        rows = sigma_by_batch_size(epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
+                                   dataset_size=args.dataset_size, batch_sizes=args.batch_sizes,
+                                   accountants=args.accountants)
+    except ValueError as e:
+        raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
+    print(_dump(rows) if args.json else "\n".join(
+        f"{r['accountant']:>4}  B={r['batch_size']:<6} q={r['sample_rate']:.4g}  T={r['steps']:<6} "
+        f"σ={r['noise_multiplier']:.4f}  σ²/B={r['sigma2_over_b']:.4g}" for r in rows))
+    return 0
+
+
 def cmd_features(args) -> int:
     import numpy as np
 
@@ -283,7 +316,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
-                "tune": cmd_tune}
+                "tune": cmd_tune, "accountants": cmd_accountants}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

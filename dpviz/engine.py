@@ -37,6 +37,7 @@ class Prepared:
     sample_rate: float
     device: str
     eps_curve: dict[int, float] = field(default_factory=dict)
+    public: data.Bundle | None = None  # the continual strategy's public dataset
 
     @property
     def total_steps(self) -> int:
@@ -73,7 +74,8 @@ def _check_delta(cfg: RunConfig, bundle: data.Bundle) -> None:
 def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, list[Phase], float]:
     """Plans, phases with the calibrated σ, and q for a training set of size n."""
     plans, q = schedule(cfg, n, num_blocks)
-    phases = [Phase(p.name, p.steps, 0.0, q, cfg.clip_norm) for p in plans]
+    # only private phases enter the accountant: a public phase touches no private record
+    phases = [Phase(p.name, p.steps, 0.0, q, cfg.clip_norm) for p in plans if not p.public]
     if cfg.private:
         try:
             sigma = accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta,
@@ -93,10 +95,22 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
     plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
     torch.manual_seed(cfg.seed)  # the head's random initialisation
     model = models.Classifier(backbone, bundle.num_classes)
-    prep = Prepared(cfg, bundle, model, plans, phases, q, device)
+    public = load_public(cfg, bundle) if any(p.public for p in plans) else None
+    prep = Prepared(cfg, bundle, model, plans, phases, q, device, public=public)
     if with_curve and cfg.private:
         prep.eps_curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
     return prep
+
+
+def load_public(cfg: RunConfig, bundle: data.Bundle) -> data.Bundle:
+    """The continual strategy's public data; it must look like the private task (shape, classes)."""
+    pub = data.LOADERS[cfg.public_dataset](None)
+    if (pub.channels, pub.size, pub.num_classes) != (bundle.channels, bundle.size, bundle.num_classes):
+        raise ConfigError("public_dataset", f"a public dataset with the private data's shape and classes "
+                          f"({bundle.channels}×{bundle.size}×{bundle.size}, {bundle.num_classes} classes); "
+                          f"{cfg.public_dataset} has {pub.channels}×{pub.size}×{pub.size}, {pub.num_classes}",
+                          cfg.public_dataset)
+    return pub
 
 
 def preview(cfg: RunConfig) -> dict:
@@ -110,6 +124,8 @@ def preview(cfg: RunConfig) -> dict:
     backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size,
                                      weights=cfg.weights)
     plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
+    if any(p.public for p in plans):
+        load_public(cfg, bundle)
     return {"noise_multiplier": phases[0].noise_multiplier, "sample_rate": q, "n_train": bundle.n,
             "total_steps": sum(p.steps for p in phases), "num_blocks": models.count_blocks(backbone),
             "phases": [p.to_dict() for p in phases]}

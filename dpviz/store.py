@@ -229,6 +229,24 @@ class Store:
             return {k: z[k] for k in z.files}
 
 
+    def save_weights(self, run_id: str, step: int, state: dict) -> Path:
+        """The model's state dict at a checkpoint (curvature analyses reload it)."""
+        import torch
+
+        path = self.run_dir(run_id) / "weights" / f"step_{step:06d}.pt"
+        write_atomic(path, lambda p: torch.save({k: v.detach().cpu() for k, v in state.items()}, p))
+        return path
+
+    def load_weights(self, run_id: str, step: int) -> dict:
+        import torch
+
+        path = self.run_dir(run_id) / "weights" / f"step_{step:06d}.pt"
+        if not path.exists():
+            raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
+                             f"curvature analyses existed keep features only)")
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def _row(row: sqlite3.Row) -> dict:
     d = dict(row)
     d["config"] = json.loads(d.pop("config_json"))

@@ -23,12 +23,14 @@ class PhasePlan:
         trainable: "head" (backbone frozen; trains on cached features),
             "last:k" (last k blocks + head) or "all".
         lr: learning rate of the phase.
+        public: trains without DP on the public dataset (continual); not counted by the accountant.
     """
 
     name: str
     steps: int
     trainable: str
     lr: float
+    public: bool = False
 
 
 STRATEGIES: dict[str, Callable] = {}
@@ -66,6 +68,19 @@ def partial_fine_tune(cfg, total: int, num_blocks: int) -> list[PhasePlan]:
         raise ConfigError("tune_blocks", f"must be in [1, {num_blocks}] for backbone {cfg.backbone}",
                           cfg.tune_blocks)
     return [PhasePlan("partial", total, f"last:{cfg.tune_blocks}", cfg.lr_ft)]
+
+
+@register("continual")
+def public_then_private(cfg, total: int, num_blocks: int) -> list[PhasePlan]:
+    """Non-private training on public data, then DP-SGD on the private data (seed 004).
+
+    The public phase runs ``switch_step`` steps, or with ``switch_step = -1`` at most ``total`` steps and
+    stops early once the decelerator measured on public data has fallen (the trainer decides). The
+    private phase always has the full ``total`` steps, so the privacy budget is that of plain DP-FFT.
+    """
+    public = cfg.switch_step if cfg.switch_step >= 0 else total
+    return [p for p in (PhasePlan("public", public, "all", cfg.lr_ft, public=True),
+                        PhasePlan("dp", total, "all", cfg.lr_ft)) if p.steps > 0]
 
 
 def plan(cfg, *, total_steps: int, num_blocks: int) -> list[PhasePlan]:

@@ -96,13 +96,13 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
         space: ranges of `TUNABLE` fields.
         trials: the study's budget: workers stop once that many trials are finished or running.
         seed: TPE's seed.
-        proxy: a public dataset (one of `PUBLIC`) to run the trials on instead of the private one, under the
+        proxy: a public dataset (one of `config.PUBLIC_DATASETS`) to run the trials on instead of the private one, under the
             same ε so the hyperparameters suit the same noise. ``None`` tunes on the private data: every
             trial then spends privacy that no single run's ε includes.
     """
     target = base
     if proxy is not None:
-        from .data.glyphs import PUBLIC
+        from .config import PUBLIC_DATASETS as PUBLIC
         from .errors import ConfigError
 
         if proxy not in PUBLIC or proxy == base.dataset:

@@ -13,6 +13,7 @@ from .engine import Cancelled, Prepared
 from .privacy import accounting, dpsgd
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
+SWITCH_CHECK_EVERY = 10  # public steps between decelerator checks of the automatic switch
 
 
 class Recorder:
@@ -48,6 +49,9 @@ class Loop:
         self.gen_sample = torch.Generator().manual_seed(self.cfg.seed)
         self.gen_noise = torch.Generator(device=self.dev).manual_seed(self.cfg.seed + 1)
         self.step, self.last = 0, {}
+        self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
+        self.carried = None  # the public phase's optimizer, continued into the private phase
+        self.switch: dict | None = None
 
     def evaluate(self) -> None:
         acc, loss = engine.evaluate(self.model, self.prep.bundle.x_test, self.prep.bundle.y_test, self.dev)
@@ -58,6 +62,7 @@ class Loop:
     def checkpoint(self) -> None:
         feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
         self.store.save_features(self.run_id, self.step, feats)
+        self.store.save_weights(self.run_id, self.step, self.model.state_dict())
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
 
@@ -71,7 +76,7 @@ class Loop:
         module, inputs = self._inputs(plan.trainable)
         private = self.cfg.private
         stepper = dpsgd.Stepper(module, self.cfg.grad_sample_mode) if private else module
-        opt = engine.make_optimizer([p for p in module.parameters() if p.requires_grad], self.cfg, plan.lr)
+        opt = self._optimizer(module, plan.lr)
         n, q = len(self.y), phase.sample_rate
         for k in range(plan.steps):
             if self.cancel is not None and self.cancel.is_set():
@@ -81,17 +86,68 @@ class Loop:
             if private:
                 st = dpsgd.private_step(stepper, inputs[idx], self.y[idx], clip_norm=phase.clip_norm,
                                         noise_multiplier=phase.noise_multiplier, expected_batch=q * n,
-                                        generator=self.gen_noise)
+                                        generator=self.gen_noise, clipping=self.cfg.clipping)
             else:
                 st = dpsgd.plain_step(stepper, inputs[idx], self.y[idx])
             opt.step()
             self.step += 1
+            self.private_steps += 1
             self.record(st, plan.lr, final=k == plan.steps - 1)
         if private:
             stepper.close()
 
+    def _optimizer(self, module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        """A fresh optimizer per phase, except after a public phase: Adam(W) keeps its second moment
+        and restarts its first (seed 004: stale public momentum would point away from the private data)."""
+        params = [p for p in module.parameters() if p.requires_grad]
+        opt, self.carried = self.carried, None
+        if opt is None or self.cfg.optimizer == "sgd":
+            return engine.make_optimizer(params, self.cfg, lr)
+        for st in opt.state.values():
+            if "exp_avg" in st:
+                st["exp_avg"].zero_()
+        return opt
+
+    def run_public_phase(self, plan) -> None:
+        """Non-private steps on the public dataset only; with switch_step = -1 stop once the
+        decelerator (measured on public data) has fallen to switch_threshold of its first value."""
+        from .curvature import DeceleratorMonitor
+
+        engine.set_trainable(self.model, plan.trainable)
+        pub = self.prep.public
+        px, py = pub.x_train.to(self.dev), pub.y_train.to(self.dev)
+        opt = engine.make_optimizer([p for p in self.model.parameters() if p.requires_grad], self.cfg, plan.lr)
+        mon = None
+        if self.cfg.switch_step < 0 and self.cfg.private:
+            mon = DeceleratorMonitor(px, py, noise_multiplier=self.prep.phases[0].noise_multiplier,
+                                     batch_size=self.cfg.batch_size, clip_norm=self.cfg.clip_norm,
+                                     clipping=self.cfg.clipping, threshold=self.cfg.switch_threshold,
+                                     seed=self.cfg.seed)
+        q, reason = min(1.0, self.cfg.batch_size / len(py)), "step"
+        for k in range(plan.steps):
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled()
+            if mon is not None and k % SWITCH_CHECK_EVERY == 0:
+                self.rec.add(self.step, decelerator_public=mon.measure(self.model))
+                if mon.should_switch():
+                    reason = "decelerator"
+                    break
+            idx = (torch.rand(len(py), generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+            opt.zero_grad(set_to_none=True)
+            st = dpsgd.plain_step(self.model, px[idx], py[idx])
+            opt.step()
+            self.step += 1
+            self.record(st, plan.lr, final=k == plan.steps - 1)
+        else:
+            reason = "step" if self.cfg.switch_step >= 0 else "public step cap"
+        self.carried = opt
+        self.switch = {"step": self.step, "reason": reason, "public_dataset": self.cfg.public_dataset,
+                       "decelerator_public": mon.history if mon else None}
+        self.store.event(self.run_id, "switch", f"public → private at step {self.step} ({reason})")
+        self.evaluate()
+
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
-        eps = accounting.spent_at(self.prep.eps_curve, self.step) if self.cfg.private else None
+        eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None
         self.last.update(loss=st.loss, epsilon=eps)
         self.rec.add(self.step, loss=st.loss, train_accuracy=st.train_accuracy, epsilon=eps,
                      clip_fraction=st.clip_fraction, grad_norm=st.grad_norm, lr=lr, batch_size=st.batch_size)
@@ -117,19 +173,24 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint)
     loop.evaluate()
     loop.checkpoint()
-    for plan, phase in zip(prep.plans, prep.phases):
+    phases = iter(prep.phases)  # the accountant's phases: the private plans, in order
+    for plan in prep.plans:
         store.event(run_id, "phase", f"{plan.name}: {plan.steps} steps")
-        loop.run_phase(plan, phase)
+        if plan.public:
+            loop.run_public_phase(plan)
+            store.update_run(run_id, total_steps=loop.step + sum(p.steps for p in prep.phases))
+        else:
+            loop.run_phase(plan, next(phases))
     if not prep.cfg.checkpoint_every or loop.step % prep.cfg.checkpoint_every:
         loop.checkpoint()
     path = store.run_dir(run_id) / "model.pt"
     state = {k: v.cpu() for k, v in loop.model.state_dict().items()}
     from .store import write_atomic
     write_atomic(path, lambda p: torch.save({"state_dict": state, "config": prep.cfg.to_dict()}, p))
-    return summarize(prep, run_id, loop.last, time.perf_counter() - t0)
+    return summarize(prep, run_id, loop.last, time.perf_counter() - t0, switch=loop.switch)
 
 
-def summarize(prep: Prepared, run_id: str, last: dict, wall: float) -> dict:
+def summarize(prep: Prepared, run_id: str, last: dict, wall: float, switch: dict | None = None) -> dict:
     """The JSON summary: enough to recompute ε with any accountant from ``phases``."""
     cfg = prep.cfg
     spent = None
@@ -143,6 +204,8 @@ def summarize(prep: Prepared, run_id: str, last: dict, wall: float) -> dict:
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": spent,
         "delta": cfg.delta, "accountant": cfg.accountant, "private": cfg.private,
-        "phases": [p.to_dict() for p in prep.phases], "total_steps": prep.total_steps,
+        "phases": [p.to_dict() for p in prep.phases],
+        "total_steps": prep.total_steps if switch is None else switch["step"] + sum(p.steps for p in prep.phases),
+        **({"public_phase": switch} if switch else {}),
         "n_train": prep.bundle.n, "device": prep.device, "wall_time_s": round(wall, 3),
     }

@@ -7,8 +7,7 @@ import streamlit as st
 
 from dashboard import layout, runs, state
 from dpviz import figures_tuning, sweeps
-from dpviz.config import STRATEGIES, RunConfig
-from dpviz.data.glyphs import PUBLIC
+from dpviz.config import PUBLIC_DATASETS as PUBLIC, STRATEGIES, RunConfig
 from dpviz.errors import ConfigError, DpvizError
 
 layout.page_setup("Tuning", r"""

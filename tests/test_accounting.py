@@ -77,3 +77,20 @@ def test_gdp_composes_phases_instead_of_reading_the_last_one():
     assert epsilon(phases=two, delta=1e-5, accountant="gdp") > epsilon(phases=two[1:], delta=1e-5, accountant="gdp")
     with pytest.raises(ValueError, match="gdp"):
         epsilon(phases=[two[0], Phase("fft", 30, 3.0, Q, 1.0)], delta=1e-5, accountant="gdp")
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "gdp", "prv"])
+def test_sigma_by_batch_size_agrees_with_opacus_get_noise_multiplier(accountant):
+    from dpviz.privacy.accounting import sigma_by_batch_size
+
+    rows = sigma_by_batch_size(epsilon=2.0, delta=1e-5, epochs=5, dataset_size=1437, batch_sizes=[64, 256, 1024],
+                               accountants=[accountant])
+    for r in rows:
+        ref = get_noise_multiplier(target_epsilon=2.0, target_delta=1e-5, sample_rate=r["sample_rate"],
+                                   steps=r["steps"], accountant=accountant, epsilon_tolerance=0.005)
+        assert r["noise_multiplier"] == pytest.approx(ref, rel=0.02)
+        assert r["steps"] == 5 * round(1437 / r["batch_size"])
+        spent = epsilon(phases=[Phase("dp", r["steps"], r["noise_multiplier"], r["sample_rate"], 1.0)],
+                        delta=1e-5, accountant=accountant)
+        assert spent <= 2.0 + 1e-9
+    assert [r["noise_multiplier"] for r in rows] == sorted(r["noise_multiplier"] for r in rows)  # σ grows with B

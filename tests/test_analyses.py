@@ -89,7 +89,7 @@ def test_embedding_is_aligned_across_checkpoints():
 def test_every_registered_analysis_is_json_ready_and_labelled_private():
     x, y = blobs(n=120)
     feats = {"layer_0": x, "layer_1": x * 0.5, "layer_2": x * 0.25, "labels": y}
-    for name in REGISTRY:
+    for name in (n for n, a in REGISTRY.items() if a.kind == "features"):  # model analyses: test_curvature
         out = run_analysis(name, feats)
         json.dumps(out)
         assert out["private_data"] is True and "NOT covered" in out["note"]
@@ -111,7 +111,8 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
     assert steps == [0, 4, 8, 12]
     with store._conn() as c:
         cached = c.execute("SELECT step, name FROM analyses WHERE run_id=?", (s["run_id"],)).fetchall()
-    assert {(st, n) for st, n in cached} == {(st, n) for st in steps for n in ("knn", "separability", "residual")}
+    assert {(st, n) for st, n in cached} == {(st, n) for st in steps
+                                             for n in ("knn", "separability", "residual", "hessian")}
 
     def cli(*args):
         r = subprocess.run([sys.executable, "-m", "dpviz", *args], env=cli_env, capture_output=True, text=True)
@@ -128,6 +129,13 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
     assert rc == 0 and json.loads(out)["k"] == 5 and 0 <= json.loads(out)["accuracy"] <= 1
     rc, out, _ = cli("analyze", "embedding", s["run_id"], "--json")
     assert rc == 0 and len(json.loads(out)["coords"]) == 50
+    rc, out, _ = cli("analyze", "hessian", s["run_id"], "--step", "4", "--json")
+    h = json.loads(out)
+    assert rc == 0 and {"trace", "stderr", "probes", "decelerator", "terms", "blocks"} <= set(h)
+    assert h["decelerator"]["batch_size"] == 256 and h["decelerator"]["clip_norm"] == 1.0
+    assert h["decelerator"]["noise_multiplier"] == pytest.approx(s["phases"][0]["noise_multiplier"])
+    assert h["probes"] >= 10 and h["stderr"] > 0 and set(h["blocks"]) >= {"block1", "head"}
+    assert h["private_data"] is True and "NOT covered" in h["note"]
     rc, _, err = cli("analyze", "knn", s["run_id"], "--step", "3")
     assert rc == 2 and "step" in err and len(err.strip().splitlines()) == 1
     rc, _, err = cli("analyze", "magic", s["run_id"])

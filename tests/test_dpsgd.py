@@ -84,3 +84,26 @@ def test_closed_form_head_matches_per_example_loop():
     assert torch.allclose(norms, ref_norms) and (norms > 0.7).any()
     assert torch.allclose(head.weight.grad, ref[0]) and torch.allclose(head.bias.grad, ref[1])
     assert loss.item() == pytest.approx(F.cross_entropy(head(f), y, reduction="sum").item())
+
+
+@pytest.mark.parametrize("name,mode", [("cnn", "bk"), ("vit", "bk"), ("cnn", "hooks"), ("head", "head")])
+def test_auto_s_keeps_every_contribution_below_R_and_sums_them(name, mode):
+    """AUTO-S scales g_i by R/(‖g_i‖ + γ): each contribution's norm is R‖g_i‖/(‖g_i‖ + γ) < R."""
+    torch.manual_seed(1)
+    if name == "head":
+        model, x = torch.nn.Linear(12, 5).double(), torch.randn(6, 12, dtype=torch.float64) * 3
+    else:
+        model, x = model_for(name), torch.randn(6, 1, 16, 16, dtype=torch.float64)
+    y, R = torch.randint(0, 5 if name == "head" else 10, (6,)), 0.5
+    st = Stepper(model, mode)
+    singles = []
+    for i in range(len(y)):  # one example at a time: p.grad is that example's clipped contribution
+        _, _, norm = st.clipped_sum(x[i:i + 1], y[i:i + 1], R, "auto-s")
+        g = [p.grad.clone() for p in st.params]
+        contrib = torch.sqrt(sum(t.pow(2).sum() for t in g)).item()
+        assert contrib < R and contrib == pytest.approx(R * norm.item() / (norm.item() + bk.AUTO_S_GAMMA), rel=1e-6)
+        singles.append(g)
+    st.clipped_sum(x, y, R, "auto-s")
+    for j, p in enumerate(st.params):
+        assert torch.allclose(p.grad, sum(g[j] for g in singles), atol=1e-8)
+    st.close()

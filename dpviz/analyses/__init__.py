@@ -30,20 +30,23 @@ class Analysis:
         fn: ``fn(features, **params) -> result`` with ``result.to_dict()``.
         params: default parameters (part of the cache key).
         description: one line for pages and ``--help``.
+        kind: "features" (``fn(features, …)``) or "model" (``fn(checkpoint, …)`` with a
+            `hessian.Checkpoint`: the model at that step and a fixed private training batch).
     """
 
     name: str
     fn: Callable
     params: dict
     description: str
+    kind: str = "features"
 
 
 REGISTRY: dict[str, Analysis] = {}
 
 
-def register(name: str, description: str, **params):
+def register(name: str, description: str, kind: str = "features", **params):
     def deco(fn):
-        REGISTRY[name] = Analysis(name, fn, params, description)
+        REGISTRY[name] = Analysis(name, fn, params, description, kind)
         return fn
     return deco
 
@@ -54,9 +57,10 @@ def layers(features: dict) -> list[np.ndarray]:
     return [np.asarray(features[f"layer_{i}"], dtype=np.float64) for i in range(L)]
 
 
-def run_analysis(name: str, features: dict, *, context: dict | None = None, **params) -> dict:
+def run_analysis(name: str, features, *, context: dict | None = None, **params) -> dict:
     """Run the analysis ``name`` with its defaults overridden by ``params``; JSON-ready dict.
 
+    ``features`` is a checkpoint's feature dict, or a `hessian.Checkpoint` for model analyses;
     ``context`` holds inputs that are not parameters (the embedding's reference checkpoints).
     """
     from ..errors import ConfigError
@@ -71,4 +75,4 @@ def run_analysis(name: str, features: dict, *, context: dict | None = None, **pa
             **a.fn(features, **(context or {}), **{**a.params, **params}).to_dict()}
 
 
-from . import embedding, knn, residual, separability  # noqa: E402,F401  (registration)
+from . import embedding, hessian, knn, residual, separability  # noqa: E402,F401  (registration)

@@ -8,7 +8,7 @@ from ..errors import ConfigError, StoreError
 from ..store import Store
 from . import REGISTRY, layers, run_analysis
 
-BACKGROUND = ("knn", "separability", "residual")  # computed at every checkpoint as runs train
+BACKGROUND = ("knn", "separability", "residual", "hessian")  # computed at every checkpoint as runs train
 
 
 def resolve_step(store: Store, run_id: str, step: int | None) -> int:
@@ -45,6 +45,12 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
     if (hit := store.get_analysis(run_id, step, name, key)) is not None:
         return hit
     context = {}
+    if REGISTRY[name].kind == "model":
+        keyed = json.loads(key)
+        out = {"run_id": run_id, "step": step,
+               **run_analysis(name, model_checkpoint(store, run_id, step, keyed.get("batch", 256)), **params)}
+        store.put_analysis(run_id, step, name, key, out)
+        return out
     if name == "embedding":  # one fit per run, on all its checkpoints
         steps = json.loads(key)["reference_steps"]
         context["reference"] = [layers(store.load_features(run_id, s))[-1] for s in steps]
@@ -54,6 +60,37 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
            **run_analysis(name, store.load_features(run_id, step), context=context, **params)}
     store.put_analysis(run_id, step, name, key, out)
     return out
+
+
+def plan_at(plans, step: int):
+    """The phase plan of the update that follows ``step`` (the last plan at the run's end)."""
+    end = 0
+    for plan in plans:
+        end += plan.steps
+        if step < end:
+            return plan
+    return plans[-1]
+
+
+def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
+    """The run's model at ``step`` and a fixed batch of its private training data."""
+    import torch
+
+    from .. import engine
+    from ..config import RunConfig
+    from .hessian import Checkpoint
+
+    cfg = RunConfig.from_dict(store.get_run(run_id)["config"])
+    state = store.load_weights(run_id, step)
+    prep = engine.prepare(cfg, cache_dir=store.root, with_curve=False)
+    model = prep.model.to(prep.device)
+    model.load_state_dict(state)
+    b = prep.bundle
+    idx = torch.randperm(b.n, generator=torch.Generator().manual_seed(0))[:batch]  # fixed, seed-independent
+    # one σ for every private phase; in a public or LP phase the decelerator is the one DP would impose
+    sigma = prep.phases[0].noise_multiplier if cfg.private and prep.phases else 0.0
+    return Checkpoint(model, b.x_train[idx].to(prep.device), b.y_train[idx].to(prep.device),
+                      plan_at(prep.plans, step).trainable, sigma, cfg.batch_size, cfg.clip_norm, cfg.clipping)
 
 
 def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], reference: list, step: int) -> dict:

@@ -92,4 +92,3 @@ def load_glyphs(cfg=None) -> Bundle:
     return Bundle(b.name, b.x_train.clone(), b.y_train.clone(), b.x_test.clone(), b.y_test.clone(), 10)
 
 
-PUBLIC = ("glyphs", "synthetic")  # datasets dpviz generates itself: public, usable as tuning proxies

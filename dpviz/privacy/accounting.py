@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 from opacus.accountants import create_accountant
 
 MAX_SIGMA = 1e4
@@ -56,7 +57,8 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str = "prv") -> fl
     history = _merge(history)
     acc = create_accountant(mechanism=accountant)
     acc.history = history
-    return float(acc.get_epsilon(delta=delta))
+    with np.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0) on purpose
+        return float(acc.get_epsilon(delta=delta))
 
 
 def _merge(history: list[tuple]) -> list[tuple]:
@@ -183,3 +185,28 @@ def spent_at(curve: dict[int, float], step: int) -> float:
         if t >= step:
             return curve[t]
     return curve[max(curve)]
+
+
+def steps_for(*, epochs: int, dataset_size: int, batch_size: int) -> int:
+    """T = epochs · round(n/B) steps, as the engine schedules a run."""
+    return epochs * max(1, round(dataset_size / batch_size))
+
+
+def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_size: int, batch_sizes,
+                        accountants=("rdp", "gdp", "prv")) -> list[dict]:
+    """For each accountant and B: the σ a run of ``epochs`` epochs needs for (ε, δ) (seed 004's figure).
+
+    Returns rows {accountant, batch_size, noise_multiplier, sample_rate, steps, sigma2_over_b}; σ²/B is
+    the noise variance per example that the decelerator scales with.
+    """
+    rows = []
+    for acc in accountants:
+        for B in batch_sizes:
+            if not 0 < B <= dataset_size:
+                raise ValueError(f"batch_sizes: each must be in [1, dataset_size = {dataset_size}]; got {B}")
+            q, T = B / dataset_size, steps_for(epochs=epochs, dataset_size=dataset_size, batch_size=B)
+            s = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc,
+                                phases=[Phase("dp", T, 0.0, q, 1.0)])
+            rows.append({"accountant": acc, "batch_size": int(B), "noise_multiplier": s, "sample_rate": q,
+                         "steps": T, "sigma2_over_b": s * s / B})
+    return rows

@@ -99,7 +99,8 @@ class BookKeeper:
             h.remove()
         self.cache.clear()
 
-    def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float,
+                     clipping: str = "abadi") -> tuple[torch.Tensor, torch.Tensor]:
         """Set ``p.grad`` = Σ_i min(1, C/‖g_i‖)·g_i for every trainable parameter.
 
         Returns:
@@ -121,7 +122,7 @@ class BookKeeper:
             prepared.append((m, state))
         self._out = {}
         norms = norm2.sqrt()
-        factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+        factor = clip_factors(norms, clip_norm, clipping)
         for m, state in prepared:
             self._accumulate(m, state, factor)
         return norms, factor
@@ -174,3 +175,17 @@ class BookKeeper:
             gw, gb = state
             m.weight.grad = (gw * c[:, None]).sum(0).reshape(m.weight.shape)
             m.bias.grad = (gb * c[:, None]).sum(0).reshape(m.bias.shape)
+
+
+AUTO_S_GAMMA = 0.01
+
+
+def clip_factors(norms: torch.Tensor, clip_norm: float, clipping: str = "abadi") -> torch.Tensor:
+    """Per-sample scale c_i (B,): Abadi min(1, C/‖g_i‖), or AUTO-S C/(‖g_i‖ + γ) with γ = 0.01.
+
+    Both keep ‖c_i g_i‖ ≤ C, so the noise std σ·C gives the same guarantee; AUTO-S rescales every
+    gradient (no threshold to tune: C only sets the step size, seed 004's automatic clipping).
+    """
+    if clipping == "auto-s":
+        return clip_norm / (norms + AUTO_S_GAMMA)
+    return (clip_norm / (norms + 1e-6)).clamp(max=1.0)

@@ -56,20 +56,20 @@ class Stepper:
         else:
             self.forward = GradSampleModule(module, batch_first=True, loss_reduction="sum")
 
-    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float):
+    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi"):
         """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms."""
         if self.mode == "head":
-            return _head_clipped_sum(self.module, x, y, clip_norm)
+            return _head_clipped_sum(self.module, x, y, clip_norm, clipping)
         out = self.forward(x)
         loss_sum = F.cross_entropy(out, y, reduction="sum")
         if self.mode == "bk":
-            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm)
+            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm, clipping)
             return out, loss_sum, norms
         loss_sum.backward()
         B = len(y)
         gs = [p.grad_sample.reshape(B, -1) for p in self.params]  # each (B, numel)
         norms = torch.sqrt(sum(g.pow(2).sum(1) for g in gs))  # (B,)
-        factor = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+        factor = bk.clip_factors(norms, clip_norm, clipping)
         for p, g in zip(self.params, gs):
             p.grad = (factor @ g).reshape(p.shape)
             p.grad_sample = None
@@ -85,7 +85,7 @@ class Stepper:
 
 
 @torch.no_grad()
-def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_norm: float):
+def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi"):
     """Clipped gradient sum of cross-entropy for a linear head, in closed form.
 
     For logits z_i = W f_i + b the per-sample gradients are g_i = (p_i − e_{y_i}) [f_i, 1]ᵀ,
@@ -96,19 +96,20 @@ def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_no
     err = logp.exp()
     err[torch.arange(len(y)), y] -= 1  # p − onehot, (B, K)
     norms = err.norm(dim=1) * torch.sqrt(f.pow(2).sum(1) + 1)  # (B,)
-    c = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
+    c = bk.clip_factors(norms, clip_norm, clipping)
     ce = err * c[:, None]
     head.weight.grad, head.bias.grad = ce.T @ f, ce.sum(0)
     return out, -logp[torch.arange(len(y)), y].sum(), norms
 
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
-                 noise_multiplier: float, expected_batch: float, generator: torch.Generator) -> StepStats:
+                 noise_multiplier: float, expected_batch: float, generator: torch.Generator,
+                 clipping: str = "abadi") -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
-    grad = (Σ_i g_i · min(1, C/‖g_i‖) + N(0, σ²C² I)) / (q·n), with ‖g_i‖ the
-    norm over all trainable parameters; dividing by the expected batch size
-    q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
+    grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
+    C/(‖g_i‖ + γ) (AUTO-S) and ‖g_i‖ the norm over all trainable parameters; dividing by the
+    expected batch size q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
     """
     B = len(y)
     loss = acc = 0.0
@@ -116,7 +117,7 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     for p in stepper.params:
         p.grad = None
     if B > 0:
-        out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm)
+        out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm, clipping)
         loss, acc = loss_sum.item() / B, (out.argmax(1) == y).float().mean().item()
         clip_frac = (norms > clip_norm).float().mean().item()
         norm_mean = norms.mean().item()

@@ -1,0 +1,100 @@
+"""Curvature at a checkpoint: tr(H) by Hutchinson, GᵀG, GᵀHG, tr(HΣ) and the decelerator.
+
+A model analysis: it reloads the run's weights at the step and takes a fixed
+batch of the *private training data* (the first ``batch`` examples of a fixed
+permutation, independent of the run's seed), so like the other analyses it is
+a statistic of private data that the run's DP guarantee does not cover.
+The formulas are in `dpviz.curvature`'s docstring. The parameters are those
+the run updates at that step (the head in an LP phase, everything in FFT);
+the decelerator uses the run's own σ, expected batch size B and clipping
+norm C, and c, the mean clip factor of the sampled per-sample gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from .. import curvature
+from ..privacy.bk import clip_factors
+from . import register
+
+
+@dataclass
+class Checkpoint:
+    """What a model analysis needs.
+
+    Attributes:
+        model: the classifier with the step's weights.
+        x: (batch, C, H, W) fixed private training batch. y: (batch,) its labels.
+        trainable: the phase's trainable set at this step ("all", "head", "last:k").
+        noise_multiplier: σ of that phase (0 for a non-private phase).
+        batch_size: expected batch B = q·n. clip_norm: C. clipping: "abadi" or "auto-s".
+    """
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    trainable: str
+    noise_multiplier: float
+    batch_size: float
+    clip_norm: float
+    clipping: str = "abadi"
+
+
+@dataclass(frozen=True)
+class HessianResult:
+    trace: float
+    stderr: float
+    probes: int
+    blocks: dict
+    gtg: float
+    gthg: float
+    tr_h_sigma: float
+    tr_h_sigma_stderr: float
+    clip_factor: float
+    decelerator: dict
+    terms: dict
+    dominant: str
+    lr_star: float
+    improvement_star: float
+    parameters: str
+    n_parameters: int
+    batch: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def trainable_params(model: nn.Module, trainable: str) -> list[nn.Parameter]:
+    from ..engine import set_trainable
+
+    set_trainable(model, trainable)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@register("hessian", "tr(H) (Hutchinson ± s.e.), GᵀHG, tr(HΣ) and the DP decelerator σ²C²tr(H)/(B²c²)",
+          kind="model", batch=256, rtol=0.05, max_probes=100, min_probes=10, sigma_samples=16, seed=0)
+def hessian(ck: Checkpoint, *, batch: int, rtol: float, max_probes: int, min_probes: int, sigma_samples: int,
+            seed: int) -> HessianResult:
+    params = trainable_params(ck.model, ck.trainable)
+    x, y = ck.x[:batch], ck.y[:batch]
+    g = torch.Generator().manual_seed(seed)
+    lc = curvature.LossCurvature(ck.model, x, y, params)
+    tr, blocks = curvature.hutchinson(lc, curvature.param_blocks(ck.model, params), rtol=rtol,
+                                      max_probes=max_probes, min_probes=min_probes, generator=g)
+    gtg = float(sum(v.pow(2).sum() for v in lc.G))
+    gthg = float(sum((a * b).sum() for a, b in zip(lc.G, lc.hvp(lc.G))))
+    ths, norms = curvature.sigma_trace(lc, min(sigma_samples, len(y)), g)
+    c = float(clip_factors(norms, ck.clip_norm, ck.clipping).mean())
+    t = curvature.improvement_terms(gtg=gtg, gthg=gthg, trace=tr.value, tr_h_sigma=ths.value,
+                                    noise_multiplier=ck.noise_multiplier, batch_size=ck.batch_size,
+                                    clip_norm=ck.clip_norm, clip_factor_mean=c)
+    dec = {"value": t["terms"]["decelerator"], "noise_multiplier": ck.noise_multiplier,
+           "batch_size": ck.batch_size, "clip_norm": ck.clip_norm, "clip_factor": c, "clipping": ck.clipping}
+    return HessianResult(tr.value, tr.stderr, tr.samples,
+                         {k: {"trace": e.value, "stderr": e.stderr} for k, e in blocks.items()},
+                         gtg, gthg, ths.value, ths.stderr, c, dec, t["terms"], t["dominant"], t["lr_star"],
+                         t["improvement_star"], ck.trainable, sum(p.numel() for p in params), len(y))

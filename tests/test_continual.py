@@ -1,0 +1,94 @@
+"""Public-to-private continual training: no private record before the switch; ε counts only DP steps."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from opacus.accountants import create_accountant
+
+import dpviz
+from dpviz import data, engine
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.store import Store
+from dpviz.trainer import Loop
+
+
+@pytest.fixture
+def poisoned_private(monkeypatch):
+    """Private training images all NaN: any step that touches them turns loss and weights into NaN."""
+    real = data.LOADERS["digits"]
+
+    def load(cfg=None):
+        b = real(cfg)
+        b.x_train = torch.full_like(b.x_train, math.nan)
+        return b
+    monkeypatch.setitem(data.LOADERS, "digits", load)
+
+
+def losses(store, run_id):
+    return dict(store.metrics(run_id, "loss")["loss"])
+
+
+def finite(v):
+    return v is not None and math.isfinite(v)  # SQLite stores NaN as NULL
+
+
+def test_fixed_switch_uses_public_data_only_before_it(poisoned_private, cache_dir):
+    cfg = RunConfig(strategy="continual", epsilon=2.0, epochs=2, switch_step=8, checkpoint_every=8)
+    s = dpviz.run(cfg, cache_dir=cache_dir)
+    store = Store(cache_dir)
+    loss = losses(store, s["run_id"])
+    assert all(finite(loss[t]) for t in range(1, 9))  # public steps: finite
+    assert not any(finite(loss[t]) for t in loss if t > 8)  # the poison is live once DP starts
+    w8 = store.load_weights(s["run_id"], 8)
+    assert all(torch.isfinite(v).all() for v in w8.values())
+    assert s["public_phase"]["step"] == 8 and s["public_phase"]["reason"] == "step"
+    eps = dict(store.metrics(s["run_id"], "epsilon")["epsilon"])
+    assert all(eps[t] == 0 for t in range(1, 9)) and eps[9] > 0  # ε starts at the switch
+
+
+def test_automatic_switch_measures_the_decelerator_on_public_data(poisoned_private, cache_dir):
+    cfg = RunConfig(strategy="continual", epsilon=2.0, epochs=6, switch_threshold=0.9)
+    s = dpviz.run(cfg, cache_dir=cache_dir)
+    store = Store(cache_dir)
+    dec = store.metrics(s["run_id"], "decelerator_public")["decelerator_public"]
+    switch = s["public_phase"]["step"]
+    assert len(dec) >= 1 and all(finite(v) for _, v in dec)  # NaN if private data were used
+    assert s["public_phase"]["reason"] in ("decelerator", "public step cap")
+    loss = losses(store, s["run_id"])
+    assert all(finite(loss[t]) for t in range(1, switch + 1))
+
+
+def test_epsilon_counts_only_the_private_phase(cache_dir):
+    cfg = RunConfig(strategy="continual", epsilon=1.0, epochs=2, switch_step=10)
+    s = dpviz.run(cfg, cache_dir=cache_dir)
+    fft = engine.preview(cfg.replace(strategy="fft"))
+    assert [p["name"] for p in s["phases"]] == ["dp"] and s["phases"][0]["steps"] == fft["total_steps"]
+    assert s["phases"][0]["noise_multiplier"] == pytest.approx(fft["noise_multiplier"])
+    acc = create_accountant("prv")
+    acc.history = [(p["noise_multiplier"], p["sample_rate"], p["steps"]) for p in s["phases"]]
+    assert s["epsilon_spent"] == pytest.approx(acc.get_epsilon(delta=1e-5)) and s["epsilon_spent"] <= 1.0
+    assert s["total_steps"] == 10 + fft["total_steps"]
+
+
+def test_adamw_keeps_second_moment_and_restarts_first_at_the_switch():
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    loop = SimpleNamespace(carried=opt, cfg=RunConfig(optimizer="adamw"))
+    new = Loop._optimizer(loop, model, 0.1)
+    assert new is opt and loop.carried is None
+    for st in new.state.values():
+        assert (st["exp_avg"] == 0).all() and (st["exp_avg_sq"] > 0).any()
+
+
+def test_bad_continual_inputs():
+    with pytest.raises(ConfigError, match="public_dataset"):
+        RunConfig(strategy="continual", dataset="glyphs", public_dataset="glyphs")
+    with pytest.raises(ConfigError, match="switch_threshold"):
+        RunConfig(strategy="continual", switch_threshold=1.5)
+    with pytest.raises(ConfigError, match="public_dataset"):
+        engine.preview(RunConfig(strategy="continual", public_dataset="synthetic"))  # 2 classes vs 10
