@@ -7,7 +7,7 @@ import math
 import streamlit as st
 
 from dpviz import engine
-from dpviz.config import ACCOUNTANTS, BACKBONES, DATASETS, OPTIMIZERS, STRATEGIES, RunConfig
+from dpviz.config import ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, STRATEGIES, RunConfig
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -31,12 +31,14 @@ def _privacy_widgets() -> dict:
 
 
 def _strategy_widgets() -> dict:
-    c1, c2, c3 = st.columns([2, 3, 2])
+    c1, c2, c3, c4 = st.columns([2, 3, 2, 2])
     strategy = c1.selectbox("strategy", STRATEGIES, index=STRATEGIES.index("lp-fft"), key="f_strategy")
     p = c2.slider("LP fraction p (share of steps and budget on LP)", 0.0, 1.0, 0.3, 0.05, key="f_lp_fraction",
                   disabled=strategy != "lp-fft")
     k = c3.number_input("blocks to tune (partial)", 1, 64, 1, key="f_tune_blocks", disabled=strategy != "partial")
-    return {"strategy": strategy, "lp_fraction": p, "tune_blocks": int(k)}
+    sw = c4.number_input("public steps before DP (continual; -1: automatic)", -1, 100000, -1, key="f_switch",
+                         disabled=strategy != "continual")
+    return {"strategy": strategy, "lp_fraction": p, "tune_blocks": int(k), "switch_step": int(sw)}
 
 
 def _model_widgets() -> dict:
@@ -50,7 +52,7 @@ def _model_widgets() -> dict:
 
 
 def _training_widgets() -> dict:
-    c = st.columns(7)
+    c = st.columns(8)
     return {
         "epochs": int(c[0].number_input("epochs", 1, 1000, D["epochs"].default, key="f_epochs")),
         "batch_size": int(c[1].number_input("batch size B", 1, 100000, D["batch_size"].default, key="f_batch")),
@@ -60,6 +62,8 @@ def _training_widgets() -> dict:
                                        key="f_clip"),
         "optimizer": c[5].selectbox("optimizer", OPTIMIZERS, key="f_optimizer"),
         "seed": int(c[6].number_input("seed", 0, 10**6, 0, key="f_seed")),
+        "clipping": c[7].selectbox("clipping", CLIPPINGS, key="f_clipping",
+                                   help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)"),
     }
 
 
@@ -76,9 +80,17 @@ def render_run_form() -> tuple[RunConfig | None, dict | None]:
     return cfg, prev
 
 
+def preview_total(cfg: RunConfig) -> int:
+    """Total DP steps the config implies (cached like the form's preview)."""
+    return _preview(cfg.to_json())["total_steps"]
+
+
 def render_preview(cfg: RunConfig, prev: dict) -> None:
     """What the budget implies, before launch."""
     phases = " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"])
+    if cfg.strategy == "continual":
+        public = "automatic switch" if cfg.switch_step < 0 else f"{cfg.switch_step} steps"
+        phases = f"public ({cfg.public_dataset}, no DP, not counted in ε) {public} → {phases}"
     if cfg.private:
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "

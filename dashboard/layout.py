@@ -14,6 +14,7 @@ PAGES = (
     ("pages/separability.py", "Separability law", ":material/ssid_chart:"),
     ("pages/budget.py", "Budget allocation", ":material/pie_chart:"),
     ("pages/tuning.py", "Tuning", ":material/tune:"),
+    ("pages/curvature.py", "Curvature", ":material/landscape:"),
 )
 
 

@@ -127,3 +127,34 @@ def layer_table(store: Store, run_id: str, name: str, field: str) -> pd.DataFram
         if res is not None:
             rows += [{"step": step, "layer": l, "value": v} for l, v in enumerate(res[field])]
     return pd.DataFrame(rows, columns=["step", "layer", "value"])
+
+
+CURVATURE_FIELDS = ("trace", "stderr", "probes", "gtg", "gthg", "tr_h_sigma", "clip_factor", "dominant",
+                    "lr_star", "improvement_star", "parameters")
+
+
+def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
+    """One row per cached hessian result: run, step, tr(H) ± s.e., GᵀG, GᵀHG, the denominator's terms.
+
+    ``attrs["missing"]`` lists (run_id, step) checkpoints not analysed yet; ``attrs["blocks"]`` is a long
+    table (run_id, step, block, trace, stderr) of the per-block traces.
+    """
+    rows, blocks, missing = [], [], []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        for step in store.feature_steps(rid):
+            res = cached_analysis(store, rid, step, "hessian")
+            if res is None:
+                missing.append((rid, step))
+                continue
+            rows.append({"run_id": rid, "label": run_label(run), "strategy": run["config"]["strategy"],
+                         "epsilon": run["config"]["epsilon"], "step": step,
+                         **{k: res[k] for k in CURVATURE_FIELDS}, **res["terms"],
+                         "noise_multiplier": res["decelerator"]["noise_multiplier"],
+                         "batch_size": res["decelerator"]["batch_size"],
+                         "clip_norm": res["decelerator"]["clip_norm"]})
+            blocks += [{"run_id": rid, "label": run_label(run), "step": step, "block": b, **v}
+                       for b, v in res["blocks"].items()]
+    df = pd.DataFrame(rows)
+    df.attrs["missing"], df.attrs["blocks"] = missing, pd.DataFrame(blocks)
+    return df

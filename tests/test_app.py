@@ -15,7 +15,9 @@ PAGES = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/compare.py": ["runs", "metric"],
          "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"],
          "pages/budget.py": ["ε values", "LP fractions p", "seeds"],
-         "pages/tuning.py": ["strategy", "ε", "trials", "lr_ft low", "lr_ft high"]}
+         "pages/tuning.py": ["strategy", "ε", "trials", "lr_ft low", "lr_ft high"],
+         "pages/curvature.py": ["runs", "batch sizes", "accountant", "Launch a run with 10 checkpoints",
+                                "Launch continual and pure DP-FFT at this budget"]}
 
 
 @pytest.fixture
@@ -117,3 +119,33 @@ def test_tuning_page_warns_on_private_data_and_rejects_bad_ranges(app_env):
     at.number_input(key="tu_lo_lr_ft").set_value(0.5).run()  # low > high (0.3)
     assert at.error and "lr_ft" in at.error[0].value
     assert not [b for b in at.button if b.key == "tu_launch"]
+
+
+def test_curvature_page_shows_terms_accountants_prediction_and_launches_the_pair(app_env, fast_cfg):
+    import dpviz
+    from dpviz.analyses.service import analyze
+
+    s = dpviz.run(fast_cfg(strategy="fft", epsilon=2.0, checkpoint_every=5), cache_dir=app_env)
+    for step in Store(app_env).feature_steps(s["run_id"]):
+        analyze(Store(app_env), s["run_id"], "hessian", step=step)
+    at = open_page("pages/curvature.py")
+    assert not at.exception, [e.value for e in at.exception]
+    text = " ".join(m.value for m in at.markdown)
+    assert "dominates D" in text and "predicts B =" in text and "GDP needs the least σ" in text
+    assert len(at.get("plotly_chart")) >= 5  # trace, terms, blocks, accountants, prediction
+    at.number_input(key="cu_k_epochs").set_value(3).run()
+    at.button(key="cu_k_launch").click().run()
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        done = {r["config"]["strategy"] for r in Store(app_env).list_runs() if r["status"] == "finished"}
+        if {"continual", "fft"} <= done and len(Store(app_env).list_runs()) == 3:
+            break
+        time.sleep(0.5)
+    runs = Store(app_env).list_runs()
+    cont = [r for r in runs if r["config"]["strategy"] == "continual"][0]
+    twin = [r for r in runs if r["config"]["strategy"] == "fft" and r["run_id"] != s["run_id"]][0]
+    assert cont["status"] == twin["status"] == "finished"
+    same = ("steps", "noise_multiplier", "sample_rate", "clip_norm")  # the same DP schedule: the same budget
+    assert [{k: p[k] for k in same} for p in cont["summary"]["phases"]] == \
+        [{k: p[k] for k in same} for p in twin["summary"]["phases"]]
+    assert cont["summary"]["epsilon_spent"] <= 1.0

@@ -98,3 +98,20 @@ def hessian(ck: Checkpoint, *, batch: int, rtol: float, max_probes: int, min_pro
                          {k: {"trace": e.value, "stderr": e.stderr} for k, e in blocks.items()},
                          gtg, gthg, ths.value, ths.stderr, c, dec, t["terms"], t["dominant"], t["lr_star"],
                          t["improvement_star"], ck.trainable, sum(p.numel() for p in params), len(y))
+
+
+def predict_batch_size(result: dict, *, epsilon: float, delta: float, epochs: int, n: int, batch_sizes,
+                       accountant: str = "prv") -> dict:
+    """Combine a checkpoint's curvature with an accountant's σ(B): the B the formula predicts as best.
+
+    Keeps GᵀG, GᵀHG, tr(H), tr(HΣ) and c of ``result`` fixed and varies B with σ(B) calibrated for
+    (ε, δ) over ``epochs`` epochs of n examples; see `curvature.predicted_best_batch`.
+    """
+    from ..privacy.accounting import sigma_by_batch_size
+
+    rows = sigma_by_batch_size(epsilon=epsilon, delta=delta, epochs=epochs, dataset_size=n,
+                               batch_sizes=batch_sizes, accountants=[accountant])
+    sigmas = {r["batch_size"]: r["noise_multiplier"] for r in rows}
+    return curvature.predicted_best_batch(gtg=result["gtg"], gthg=result["gthg"], trace=result["trace"],
+                                          tr_h_sigma=result["tr_h_sigma"], clip_norm=result["decelerator"]["clip_norm"],
+                                          clip_factor_mean=result["clip_factor"], n=n, epochs=epochs, sigmas=sigmas)

@@ -111,4 +111,8 @@ def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], refere
 def analyze_checkpoint(store: Store, run_id: str, step: int) -> None:
     """Compute and cache the background analyses for one new checkpoint."""
     for name in BACKGROUND:
-        analyze(store, run_id, name, step=step)
+        try:
+            analyze(store, run_id, name, step=step)
+        except StoreError:
+            if REGISTRY[name].kind != "model":
+                raise  # model analyses need saved weights, which runs stored before them lack

@@ -1,0 +1,78 @@
+"""Figures of curvature, the per-step improvement's terms, accountants and the batch-size prediction."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .figures import DASHES, TEMPLATE, color
+from .figures_analyses import _layout
+
+TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (sampling noise)"),
+         ("decelerator", "σ²C²·tr(H)/(B²c²) (decelerator)"))
+ACCOUNTANT_COLORS = {"rdp": "#1f77b4", "gdp": "#2ca02c", "prv": "#d62728"}
+
+
+def trace_figure(df: pd.DataFrame) -> go.Figure:
+    """tr(H) with ± 1 standard error bars against step, one line per run."""
+    fig = go.Figure()
+    for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
+        g = g.sort_values("step")
+        fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
+                                 mode="lines+markers", name=g["label"].iloc[0],
+                                 line=dict(color=color(g["strategy"].iloc[0]), dash=DASHES[i % len(DASHES)])))
+    return _layout(fig, "Hessian trace tr(H) of the training loss (Hutchinson ± 1 s.e.)", "training step",
+                   "tr(H)")
+
+
+def terms_figure(df: pd.DataFrame) -> go.Figure:
+    """The improvement's denominator terms (and GᵀG) against step; a colour per run, a dash per term."""
+    fig = go.Figure()
+    for rid, g in df.groupby("run_id", sort=False):
+        g = g.sort_values("step")
+        for j, (key, name) in enumerate(TERMS):
+            fig.add_trace(go.Scatter(x=g["step"], y=g[key], mode="lines+markers", name=f"{name} · {rid}",
+                                     line=dict(color=color(g["strategy"].iloc[0]), dash=DASHES[j])))
+        fig.add_trace(go.Scatter(x=g["step"], y=g["gtg"], mode="lines", name=f"GᵀG · {rid}",
+                                 line=dict(color=color(g["strategy"].iloc[0]), dash="longdash", width=1)))
+    return _layout(fig, "Per-step improvement (GᵀG)²/(2·D): the terms of D", "training step", "value")
+
+
+def blocks_figure(blocks: pd.DataFrame, title_run: str) -> go.Figure:
+    """Per-block diagonal traces tr(H_bb) ± s.e. against step for one run."""
+    fig = go.Figure()
+    for i, (b, g) in enumerate(blocks.groupby("block", sort=False)):
+        g = g.sort_values("step")
+        fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
+                                 mode="lines+markers", name=b, line=dict(dash=DASHES[i % len(DASHES)])))
+    return _layout(fig, f"Per-block trace tr(H_bb) — {title_run}", "training step", "tr(H_bb)")
+
+
+def accountants_figure(rows: pd.DataFrame, epsilon: float, delta: float, epochs: int) -> go.Figure:
+    """σ(B) and σ²/B against B for each accountant (seed 004's comparison)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("noise multiplier σ", "σ²/B (noise variance per example)"))
+    for acc, g in rows.groupby("accountant", sort=False):
+        g = g.sort_values("batch_size")
+        for col, y in ((1, "noise_multiplier"), (2, "sigma2_over_b")):
+            fig.add_trace(go.Scatter(x=g["batch_size"], y=g[y], mode="lines+markers", name=acc.upper(),
+                                     legendgroup=acc, showlegend=col == 1,
+                                     line=dict(color=ACCOUNTANT_COLORS.get(acc))), row=1, col=col)
+    fig.update_xaxes(type="log", title="batch size B")
+    fig.update_yaxes(type="log", col=2)
+    return _layout(fig, f"σ each accountant needs for ε = {epsilon:g}, δ = {delta:.0e}, {epochs} epochs",
+                   None, None, height=400)
+
+
+def batch_prediction_figure(pred: dict, title_run: str) -> go.Figure:
+    """Predicted total improvement over the run's epochs against B, the best B marked."""
+    xs = sorted(pred["total_improvement"])
+    fig = go.Figure(go.Scatter(x=xs, y=[pred["total_improvement"][b] for b in xs], mode="lines+markers",
+                               name="epochs·n/B · (GᵀG)²/(2·D(B))"))
+    best = pred["best_batch_size"]
+    if best is not None:
+        fig.add_trace(go.Scatter(x=[best], y=[pred["total_improvement"][best]], mode="markers", name=f"best B = {best}",
+                                 marker=dict(symbol="star", size=16, color="#d62728")))
+    fig.update_xaxes(type="log")
+    return _layout(fig, f"Predicted loss decrease over the run vs batch size — {title_run}", "batch size B",
+                   "predicted total improvement (nats)")
