@@ -60,8 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--k", type=int, default=None, help="neighbours for knn")
     an.add_argument("--method", default=None, help="pca or umap, for embedding")
     an.add_argument("--json", action="store_true")
-    sw = sub.add_parser("sweep", help="an Optuna budget sweep over ε × LP fraction × seed")
-    sw.add_argument("kind", choices=["budget"])
+    sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
+                        "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
+    sw.add_argument("kind", choices=["budget", "sparse"])
+    sw.add_argument("--sparsities", nargs="+", type=float, default=[0.05, 0.2, 0.5], help="sparse: s values")
+    sw.add_argument("--selections", nargs="+", default=["sparta", "magnitude", "random", "bias", "norm"],
+                    help="sparse: selections (row selections run at every s)")
+    sw.add_argument("--no-fft", dest="fft", action="store_false", help="sparse: leave out the DP-FFT reference")
     _config_flags(sw, skip=("epsilon", "lp_fraction", "seed"))
     sw.add_argument("--epsilon", dest="epsilons", nargs="+", default=["1", "2", "8"], help="ε values (inf: no DP)")
     sw.add_argument("--fractions", nargs="+", type=float, default=[round(0.1 * i, 1) for i in range(11)])
@@ -199,10 +204,17 @@ def cmd_sweep(args) -> int:
     args.epsilons = ["inf" if e.lower() in ("inf", "none") else str(float(e)) for e in args.epsilons]
     for e in args.epsilons:
         RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
-    for p in args.fractions:
-        base.replace(lp_fraction=p)
-    space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
-    study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
+    if args.kind == "budget":
+        for p in args.fractions:
+            base.replace(lp_fraction=p)
+        space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
+        study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
+    else:
+        points = sweeps.sparse_points(epsilons=args.epsilons, sparsities=args.sparsities,
+                                      selections=args.selections, seeds=args.seeds, fft=args.fft)
+        for p in points:  # validate every point before starting
+            RunConfig.from_dict({**base.to_dict(), **p})
+        study = sweeps.create_grid_sweep("sparse", base, points, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = args.workers or min(os.cpu_count() or 1, len(study.get_trials(deepcopy=False)) or 1)
     procs = sweeps.start_workers(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
     codes = [p.wait() for p in procs]
@@ -210,8 +222,8 @@ def cmd_sweep(args) -> int:
         raise DpvizError(f"sweep: {sum(1 for c in codes if c)} worker(s) failed; relaunch to resume")
     rows = sweeps.table(study)
     print(_dump(rows) if args.json else "\n".join(
-        f"{r['run_id']}  ε={r['epsilon']}  p={r['lp_fraction']}  seed={r['seed']}  acc {r['test_accuracy']:.4f}"
-        for r in rows))
+        f"{r['run_id']}  " + "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("run_id", "test_accuracy"))
+        + f"  acc {r['test_accuracy']:.4f}" for r in rows))
     return 0
 
 

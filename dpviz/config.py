@@ -21,7 +21,8 @@ from .errors import ConfigError
 SCHEMA_VERSION = 1
 DATASETS = ("digits", "glyphs", "synthetic", "mnist", "fashion-mnist", "cifar10", "stl10", "folder")
 BACKBONES = ("cnn", "vit", "resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")
-STRATEGIES = ("lp", "fft", "lp-fft", "partial", "continual")
+STRATEGIES = ("lp", "fft", "lp-fft", "partial", "continual", "sparse")
+SELECTIONS = ("sparta", "magnitude", "random", "bias", "norm")
 ACCOUNTANTS = ("prv", "rdp", "gdp")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
@@ -62,6 +63,9 @@ class RunConfig:
         public_dataset: continual only: the public dataset of the non-private first phase.
         switch_step: continual only: public steps before switching to DP on the private
             data; -1 switches automatically once the decelerator has fallen (see switch_threshold).
+        sparsity: sparse only: fraction s of each layer's rows (output neurons / filters) that train.
+        selection: sparse only: sparta (private selection from one noisy gradient epoch), magnitude
+            (top-s rows by public weight norm), random, bias (head + biases, DP-BiTFiT) or norm.
         switch_threshold: continual, automatic switch: switch when the decelerator measured on
             public data has fallen to ≤ this fraction of its peak so far.
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
@@ -92,6 +96,8 @@ class RunConfig:
     public_dataset: str = "glyphs"
     switch_step: int = -1
     switch_threshold: float = 0.5
+    sparsity: float = 0.2
+    selection: str = "sparta"
     device: str = "auto"
 
     def __post_init__(self):
@@ -156,7 +162,7 @@ def load_config_file(path: str | Path) -> dict:
 _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
-          "switch_step": int, "switch_threshold": float}
+          "switch_step": int, "switch_threshold": float, "sparsity": float}
 
 
 def _coerce(cfg: RunConfig) -> None:
@@ -188,7 +194,8 @@ def validate(cfg: RunConfig) -> None:
     for name, allowed in (("dataset", DATASETS), ("backbone", BACKBONES), ("strategy", STRATEGIES),
                           ("accountant", ACCOUNTANTS), ("optimizer", OPTIMIZERS),
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES),
-                          ("clipping", CLIPPINGS), ("public_dataset", PUBLIC_DATASETS)):
+                          ("clipping", CLIPPINGS), ("public_dataset", PUBLIC_DATASETS),
+                          ("selection", SELECTIONS)):
         _choice(cfg, name, allowed)
     if math.isnan(cfg.epsilon) or cfg.epsilon <= 0:
         raise ConfigError("epsilon", "must be > 0 (or inf for no privacy)", cfg.epsilon)
@@ -207,6 +214,12 @@ def validate(cfg: RunConfig) -> None:
     if not 0 < cfg.switch_threshold < 1:
         raise ConfigError("switch_threshold", "must be in (0, 1) (a fraction of the decelerator's peak)",
                           cfg.switch_threshold)
+    if not 0 < cfg.sparsity <= 1:
+        raise ConfigError("sparsity", "must be in (0, 1] (the fraction of each layer's rows that train)",
+                          cfg.sparsity)
+    if cfg.strategy == "sparse" and cfg.epochs < 3:
+        raise ConfigError("epochs", "must be >= 3 for sparse (head epochs, a selection epoch, masked epochs)",
+                          cfg.epochs)
     if cfg.strategy == "continual" and cfg.public_dataset == cfg.dataset:
         raise ConfigError("public_dataset", "a public dataset other than the private one", cfg.public_dataset)
     if cfg.dataset in ("mnist", "fashion-mnist", "cifar10", "stl10", "folder") and not cfg.data_dir:

@@ -132,8 +132,8 @@ def preview(cfg: RunConfig) -> dict:
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:
-    """Freeze everything but the parameters a phase trains."""
-    model.requires_grad_(trainable == "all")
+    """Freeze everything but the parameters a phase trains ("select"/"mask": see the trainer)."""
+    model.requires_grad_(trainable in ("all", "select", "mask"))
     model.head.requires_grad_(True)
     if trainable.startswith("last:"):
         k = int(trainable.split(":")[1])

@@ -18,6 +18,7 @@ LABELS = {
     "test_accuracy": "test accuracy (fraction)", "test_loss": "test loss (cross-entropy, nats)",
     "epsilon": "ε spent (at the run's δ)", "clip_fraction": "per-sample gradients clipped (fraction)",
     "grad_norm": "mean per-sample gradient norm (L2)", "lr": "learning rate",
+    "step_ms": "step wall time (ms)", "decelerator_public": "decelerator on public data",
 }
 ANALYSIS_LABELS = {"knn_accuracy": "kNN accuracy of backbone features (fraction)"}
 TEMPLATE = "plotly_white"

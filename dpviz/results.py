@@ -14,7 +14,7 @@ import pandas as pd
 from .store import Store
 
 CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
-                 "clip_fraction", "grad_norm", "lr")
+                 "clip_fraction", "grad_norm", "lr", "step_ms")
 _VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
 
 

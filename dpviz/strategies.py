@@ -83,6 +83,19 @@ def public_then_private(cfg, total: int, num_blocks: int) -> list[PhasePlan]:
                         PhasePlan("dp", total, "all", cfg.lr_ft)) if p.steps > 0]
 
 
+@register("sparse")
+def sparse_fine_tune(cfg, total: int, num_blocks: int) -> list[PhasePlan]:
+    """SPARTA's schedule (seed 003): head only for 20 % of the epochs, one selection epoch (sparta only;
+    an ordinary DP-SGD epoch whose noisy gradients score the rows, no update), then masked DP-SGD."""
+    from .sparse import HEAD_FRACTION
+
+    per_epoch = total // cfg.epochs
+    head = max(1, round(HEAD_FRACTION * cfg.epochs)) * per_epoch
+    select = per_epoch if cfg.selection == "sparta" else 0
+    return [p for p in (PhasePlan("head", head, "head", cfg.lr_lp), PhasePlan("select", select, "select", 0.0),
+                        PhasePlan("sparse", total - head - select, "mask", cfg.lr_ft)) if p.steps > 0]
+
+
 def plan(cfg, *, total_steps: int, num_blocks: int) -> list[PhasePlan]:
     """The phases of ``cfg.strategy`` for a run of ``total_steps`` steps."""
     if cfg.strategy not in STRATEGIES:

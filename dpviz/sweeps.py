@@ -28,7 +28,6 @@ from .config import RunConfig
 from .store import Store, default_cache_dir, process_token
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-VARYING = {"budget": ("epsilon", "lp_fraction", "seed")}
 
 
 def storage(url: str | None, cache_dir=None):
@@ -63,25 +62,51 @@ def study_name(kind: str, base: RunConfig, space: dict) -> str:
     return f"dpviz-{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None) -> optuna.Study:
-    """Create (or reopen) the budget study and enqueue every grid point not done or in flight."""
-    name = study_name("budget", base, space)
+def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage_url=None,
+                      cache_dir=None) -> optuna.Study:
+    """Create (or reopen) a study over explicit ``points`` (dicts of the fields that vary) and enqueue
+    every point neither finished nor in flight; workers pop them atomically from the storage."""
+    space = {k: sorted({p[k] for p in points}, key=str) for k in sorted({k for p in points for k in p})}
+    name = study_name(kind, base, {"points": points})
     st = storage(storage_url, cache_dir)
     study = optuna.create_study(study_name=name, storage=st, direction="maximize", load_if_exists=True,
                                 sampler=optuna.samplers.GridSampler(space))
-    study.set_user_attr("kind", "budget")
+    study.set_user_attr("kind", kind)
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
     fail_stale(study)
-    taken = {_point(t.params or t.system_attrs.get("fixed_params", {})) for t in study.get_trials(deepcopy=False)
+    keys = sorted(space)
+    taken = {_point(t.params or t.system_attrs.get("fixed_params", {}), keys) for t in study.get_trials(deepcopy=False)
              if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
                             optuna.trial.TrialState.WAITING)}
-    for e in space["epsilon"]:
-        for p in space["lp_fraction"]:
-            for s in space["seed"]:
-                if _point({"epsilon": e, "lp_fraction": p, "seed": s}) not in taken:
-                    study.enqueue_trial({"epsilon": e, "lp_fraction": p, "seed": s})
+    for p in points:
+        if _point(p, keys) not in taken:
+            study.enqueue_trial(p)
+            taken.add(_point(p, keys))
     return study
+
+
+def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True) -> list[dict]:
+    """Points of the sparse profile: row selections at every s, bias/norm once, and DP-FFT (100 %)."""
+    from .sparse import ROW_SELECTIONS
+
+    out = []
+    for e in epsilons:
+        for seed in seeds:
+            base = {"epsilon": str(e), "seed": int(seed), "strategy": "sparse"}
+            for sel in selections:
+                for s in (sparsities if sel in ROW_SELECTIONS else [0.2]):
+                    out.append({**base, "selection": sel, "sparsity": float(s)})
+            if fft:
+                out.append({**base, "strategy": "fft", "selection": "sparta", "sparsity": 0.2})
+    return out
+
+
+def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None) -> optuna.Study:
+    """The (ε × LP fraction × seed) grid of `budget_grid` as a grid study."""
+    points = [{"epsilon": e, "lp_fraction": p, "seed": s} for e in space["epsilon"] for p in space["lp_fraction"]
+              for s in space["seed"]]
+    return create_grid_sweep("budget", base, points, storage_url=storage_url, cache_dir=cache_dir)
 
 
 TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int, "epochs": int}
@@ -130,8 +155,8 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
     return study
 
 
-def _point(params: dict) -> tuple:
-    return tuple(str(params.get(k)) for k in ("epsilon", "lp_fraction", "seed"))
+def _point(params: dict, keys) -> tuple:
+    return tuple(str(params.get(k)) for k in keys)
 
 
 def fail_stale(study: optuna.Study) -> int:
@@ -150,10 +175,9 @@ def fail_stale(study: optuna.Study) -> int:
 def config_of(study: optuna.Study, trial: optuna.Trial) -> RunConfig:
     base = RunConfig.from_dict(study.user_attrs["base"])
     space = study.user_attrs["space"]
-    if study.user_attrs["kind"] == "budget":
-        return base.replace(epsilon=_eps(trial.suggest_categorical("epsilon", space["epsilon"])),
-                            lp_fraction=trial.suggest_categorical("lp_fraction", space["lp_fraction"]),
-                            seed=trial.suggest_categorical("seed", space["seed"]))
+    if study.user_attrs["kind"] != "tune":  # grid studies: every trial is an enqueued point
+        values = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
+        return base.replace(**{k: (_eps(v) if k == "epsilon" else v) for k, v in values.items()})
     return base.replace(**{k: _suggest(trial, k, v) for k, v in space.items()})
 
 
@@ -169,15 +193,15 @@ def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) 
     store = Store(cache_dir)
     done = []
     while max_trials is None or len(done) < max_trials:
-        if study.user_attrs["kind"] == "budget" and not study.get_trials(
-                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        grid = study.user_attrs["kind"] != "tune"
+        if grid and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             break
         if study.user_attrs["kind"] == "tune" and len(study.get_trials(deepcopy=False, states=(
                 optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING))) >= study.user_attrs["n_trials"]:
             break  # the search's trial budget is spent (shared by all workers)
         trial = study.ask()
         fixed = "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
-        if study.user_attrs["kind"] == "budget" and not fixed:
+        if grid and not fixed:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)  # another worker took the last point
             break
         trial.set_user_attr("owner", process_token())
@@ -187,7 +211,8 @@ def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) 
             trial.set_user_attr("error", f"{type(e).__name__}: {e}")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        trial.set_user_attr("summary", {k: s[k] for k in ("run_id", "test_accuracy", "epsilon_spent", "cached")})
+        trial.set_user_attr("summary", {k: s.get(k) for k in ("run_id", "test_accuracy", "epsilon_spent", "cached",
+                                                              "trainable_fraction")})
         study.tell(trial, s["test_accuracy"])
         done.append(s)
     return done
@@ -207,7 +232,9 @@ def table(study: optuna.Study) -> list[dict]:
         params = {k: (_eps(v) if k == "epsilon" else v) for k, v in t.params.items()}
         rows.append({"run_id": s["run_id"], **{k: (None if isinstance(v, float) and math.isinf(v) else v)
                                               for k, v in params.items()},
-                     "test_accuracy": s["test_accuracy"], "epsilon_spent": s["epsilon_spent"]})
+                     "test_accuracy": s["test_accuracy"], "epsilon_spent": s["epsilon_spent"],
+                     **({"trainable_fraction": s["trainable_fraction"]} if s.get("trainable_fraction") is not None
+                        else {})})
     return rows
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Callable
 
 import torch
 
-from . import engine
+from . import engine, sparse
 from .engine import Cancelled, Prepared
 from .privacy import accounting, dpsgd
+from .store import write_atomic
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
 SWITCH_CHECK_EVERY = 10  # public steps between decelerator checks of the automatic switch
@@ -52,6 +54,9 @@ class Loop:
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self.carried = None  # the public phase's optimizer, continued into the private phase
         self.switch: dict | None = None
+        self.scores = None  # sparse: row scores from the selection epoch's noisy releases
+        self.extra: dict = {}  # strategy facts for the summary (sparse: mask statistics)
+        self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
 
     def evaluate(self) -> None:
         acc, loss = engine.evaluate(self.model, self.prep.bundle.x_test, self.prep.bundle.y_test, self.dev)
@@ -62,7 +67,7 @@ class Loop:
     def checkpoint(self) -> None:
         feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
         self.store.save_features(self.run_id, self.step, feats)
-        self.store.save_weights(self.run_id, self.step, self.model.state_dict())
+        self.store.save_weights(self.run_id, self.step, sparse.folded_state_dict(self.model))
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
 
@@ -72,11 +77,17 @@ class Loop:
         return self.model, self.x
 
     def run_phase(self, plan, phase) -> None:
-        engine.set_trainable(self.model, plan.trainable)
+        if plan.trainable == "select":
+            return self.run_selection(plan, phase)
+        if plan.trainable == "mask":
+            self.enter_mask()
+        else:
+            engine.set_trainable(self.model, plan.trainable)
         module, inputs = self._inputs(plan.trainable)
         private = self.cfg.private
         stepper = dpsgd.Stepper(module, self.cfg.grad_sample_mode) if private else module
         opt = self._optimizer(module, plan.lr)
+        self._t = time.perf_counter()
         n, q = len(self.y), phase.sample_rate
         for k in range(plan.steps):
             if self.cancel is not None and self.cancel.is_set():
@@ -95,6 +106,60 @@ class Loop:
             self.record(st, plan.lr, final=k == plan.steps - 1)
         if private:
             stepper.close()
+        if plan.trainable == "mask":
+            sparse.fold(self.model.backbone)  # W₀ + scatter(ΔW) back into plain layers
+
+    def run_selection(self, plan, phase) -> None:
+        """SPARTA's selection epoch: ordinary DP-SGD releases g̃ of every weight, no update;
+        v = Σ |g̃| per row layer. Only these noisy releases reach the row choice."""
+        engine.set_trainable(self.model, "all")
+        layers = sparse.row_layers(self.model.backbone)
+        v = {n: torch.zeros_like(m.weight) for n, m in layers.items()}
+        private = self.cfg.private
+        stepper = dpsgd.Stepper(self.model, self.cfg.grad_sample_mode) if private else self.model
+        n, q = len(self.y), phase.sample_rate
+        self._t = time.perf_counter()
+        for k in range(plan.steps):
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled()
+            idx = (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+            self.model.zero_grad(set_to_none=True)
+            if private:
+                st = dpsgd.private_step(stepper, self.x[idx], self.y[idx], clip_norm=phase.clip_norm,
+                                        noise_multiplier=phase.noise_multiplier, expected_batch=q * n,
+                                        generator=self.gen_noise, clipping=self.cfg.clipping)
+            else:
+                st = dpsgd.plain_step(self.model, self.x[idx], self.y[idx])
+            for name, m in layers.items():
+                v[name] += m.weight.grad.abs()
+            self.step += 1
+            self.private_steps += 1
+            self.record(st, 0.0, final=k == plan.steps - 1)
+        if private:
+            stepper.close()
+        self.model.zero_grad(set_to_none=True)
+        self.scores = sparse.row_scores(v)
+
+    def enter_mask(self) -> None:
+        """Choose the rows (selection), wrap the masked layers, record the mask."""
+        cfg, bb = self.cfg, self.model.backbone
+        if cfg.selection == "sparta":
+            mask = sparse.select_rows(self.scores, cfg.sparsity)
+        elif cfg.selection == "magnitude":  # the backbone still holds the public weights W₀ here
+            mask = sparse.magnitude_mask(bb, cfg.sparsity)
+        elif cfg.selection == "random":
+            mask = sparse.random_mask(bb, cfg.sparsity, cfg.seed)
+        else:
+            mask = {}
+        fractions = sparse.layer_fractions(bb, mask)
+        sparse.apply_mask(bb, mask)
+        sparse.set_masked_trainable(self.model, cfg.selection)
+        self.extra = {"selection": cfg.selection, "sparsity": cfg.sparsity,
+                      "trainable_fraction": sparse.trainable_fraction(self.model), "mask_layers": fractions}
+        write_atomic(self.store.run_dir(self.run_id) / "mask.json",
+                     lambda p: open(p, "w").write(json.dumps({"step": self.step, "mask": mask})))
+        self.store.event(self.run_id, "mask", f"{cfg.selection}: {self.extra['trainable_fraction']:.4f} of the "
+                         f"backbone's weights train")
 
     def _optimizer(self, module: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         """A fresh optimizer per phase, except after a public phase: Adam(W) keeps its second moment
@@ -124,6 +189,7 @@ class Loop:
                                      clipping=self.cfg.clipping, threshold=self.cfg.switch_threshold,
                                      seed=self.cfg.seed)
         q, reason = min(1.0, self.cfg.batch_size / len(py)), "step"
+        self._t = time.perf_counter()
         for k in range(plan.steps):
             if self.cancel is not None and self.cancel.is_set():
                 raise Cancelled()
@@ -149,8 +215,11 @@ class Loop:
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None
         self.last.update(loss=st.loss, epsilon=eps)
+        now = time.perf_counter()  # step time: since the previous step's bookkeeping ended
+        step_ms = (now - self._t) * 1e3 if self._t is not None else None
         self.rec.add(self.step, loss=st.loss, train_accuracy=st.train_accuracy, epsilon=eps,
-                     clip_fraction=st.clip_fraction, grad_norm=st.grad_norm, lr=lr, batch_size=st.batch_size)
+                     clip_fraction=st.clip_fraction, grad_norm=st.grad_norm, lr=lr, batch_size=st.batch_size,
+                     step_ms=step_ms)
         if final or self.step % self.cfg.eval_every == 0:
             self.evaluate()
         elif self.step % FLUSH_EVERY == 0:
@@ -160,6 +229,7 @@ class Loop:
             self.checkpoint()
         if self.progress:
             self.progress(self.step, self.prep.total_steps, dict(self.last))
+        self._t = time.perf_counter()
 
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
@@ -185,12 +255,12 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         loop.checkpoint()
     path = store.run_dir(run_id) / "model.pt"
     state = {k: v.cpu() for k, v in loop.model.state_dict().items()}
-    from .store import write_atomic
     write_atomic(path, lambda p: torch.save({"state_dict": state, "config": prep.cfg.to_dict()}, p))
-    return summarize(prep, run_id, loop.last, time.perf_counter() - t0, switch=loop.switch)
+    return summarize(prep, run_id, loop.last, time.perf_counter() - t0, switch=loop.switch, extra=loop.extra)
 
 
-def summarize(prep: Prepared, run_id: str, last: dict, wall: float, switch: dict | None = None) -> dict:
+def summarize(prep: Prepared, run_id: str, last: dict, wall: float, switch: dict | None = None,
+              extra: dict | None = None) -> dict:
     """The JSON summary: enough to recompute ε with any accountant from ``phases``."""
     cfg = prep.cfg
     spent = None
@@ -206,6 +276,6 @@ def summarize(prep: Prepared, run_id: str, last: dict, wall: float, switch: dict
         "delta": cfg.delta, "accountant": cfg.accountant, "private": cfg.private,
         "phases": [p.to_dict() for p in prep.phases],
         "total_steps": prep.total_steps if switch is None else switch["step"] + sum(p.steps for p in prep.phases),
-        **({"public_phase": switch} if switch else {}),
+        **({"public_phase": switch} if switch else {}), **(extra or {}),
         "n_train": prep.bundle.n, "device": prep.device, "wall_time_s": round(wall, 3),
     }

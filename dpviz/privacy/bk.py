@@ -136,8 +136,9 @@ class BookKeeper:
                 n2 = n2 + g3.sum(1).pow(2).sum(1)
             return n2, (a3, g3, ps)
         if isinstance(m, nn.Conv2d):
-            au, gu = _unfold(m, a), g.flatten(2).transpose(1, 2)  # (B, L, k), (B, L, out)
-            n2, ps = _matrix_norm2(au, gu) if m.weight.requires_grad else (0, None)
+            gu = g.flatten(2).transpose(1, 2)  # (B, L, out)
+            # patches (B, L, k) only when the weight trains (a bias-only conv needs none)
+            n2, ps = _matrix_norm2(_unfold(m, a), gu) if m.weight.requires_grad else (0, None)
             if m.bias is not None and m.bias.requires_grad:
                 n2 = n2 + gu.sum(1).pow(2).sum(1)
             return n2, (a, g, ps)
