@@ -15,6 +15,7 @@ PAGES = (
     ("pages/budget.py", "Budget allocation", ":material/pie_chart:"),
     ("pages/tuning.py", "Tuning", ":material/tune:"),
     ("pages/curvature.py", "Curvature", ":material/landscape:"),
+    ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
 )
 
 

@@ -158,3 +158,27 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     df.attrs["missing"], df.attrs["blocks"] = missing, pd.DataFrame(blocks)
     return df
+
+
+def sparse_mask(store: Store, run_id: str) -> dict | None:
+    """The recorded mask of a sparse run: {step, selection, sparsity, mask, rows_per_layer}, or None."""
+    path = store.run_dir(run_id) / "mask.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def step_time_ms(store: Store, run_id: str, phase: str | None = None) -> float | None:
+    """Median wall time per step (ms) over one phase of the run (all steps when ``phase`` is None)."""
+    run = store.get_run(run_id)
+    pts = store.metrics(run_id, "step_ms").get("step_ms", [])
+    lo, hi = 0, math.inf
+    if phase is not None and run["summary"]:
+        end = run["summary"].get("public_phase", {}).get("step", 0)
+        for p in run["summary"]["phases"]:
+            if p["name"] == phase:
+                lo, hi = end, end + p["steps"]
+                break
+            end += p["steps"]
+        else:
+            return None
+    vals = sorted(v for s, v in pts if v is not None and lo < s <= hi)
+    return vals[len(vals) // 2] if vals else None

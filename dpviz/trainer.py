@@ -152,12 +152,15 @@ class Loop:
         else:
             mask = {}
         fractions = sparse.layer_fractions(bb, mask)
+        self._row_layers = sparse.row_layers(bb)  # before wrapping: names → plain layers
         sparse.apply_mask(bb, mask)
         sparse.set_masked_trainable(self.model, cfg.selection)
         self.extra = {"selection": cfg.selection, "sparsity": cfg.sparsity,
                       "trainable_fraction": sparse.trainable_fraction(self.model), "mask_layers": fractions}
         write_atomic(self.store.run_dir(self.run_id) / "mask.json",
-                     lambda p: open(p, "w").write(json.dumps({"step": self.step, "mask": mask})))
+                     lambda p: open(p, "w").write(json.dumps({
+                         "step": self.step, "selection": cfg.selection, "sparsity": cfg.sparsity, "mask": mask,
+                         "rows_per_layer": {n: int(m.weight.shape[0]) for n, m in self._row_layers.items()}})))
         self.store.event(self.run_id, "mask", f"{cfg.selection}: {self.extra['trainable_fraction']:.4f} of the "
                          f"backbone's weights train")
 

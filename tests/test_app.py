@@ -16,6 +16,7 @@ PAGES = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/distortion.py": ["runs"], "pages/separability.py": ["runs"],
          "pages/budget.py": ["ε values", "LP fractions p", "seeds"],
          "pages/tuning.py": ["strategy", "ε", "trials", "lr_ft low", "lr_ft high"],
+         "pages/sparse.py": ["ε values", "sparsities s", "methods", "seeds"],
          "pages/curvature.py": ["runs", "batch sizes", "accountant", "Launch a run with 10 checkpoints",
                                 "Launch continual and pure DP-FFT at this budget"]}
 
@@ -149,3 +150,23 @@ def test_curvature_page_shows_terms_accountants_prediction_and_launches_the_pair
     assert [{k: p[k] for k in same} for p in cont["summary"]["phases"]] == \
         [{k: p[k] for k in same} for p in twin["summary"]["phases"]]
     assert cont["summary"]["epsilon_spent"] <= 1.0
+
+
+def test_sparse_page_profile_mask_and_step_time(app_env):
+    from dpviz import sweeps
+    from dpviz.config import RunConfig
+
+    base = RunConfig(strategy="sparse", epochs=3, batch_size=512, eval_every=50)
+    points = sweeps.sparse_points(epsilons=["2"], sparsities=[0.2, 0.5], selections=["sparta", "bias"], seeds=[0])
+    study = sweeps.create_grid_sweep("sparse", base, points, cache_dir=app_env)
+    sweeps.work(study, cache_dir=app_env)
+    assert len(points) == 4 and len(sweeps.table(study)) == 4  # sparta at 2 s, bias, fft
+    at = open_page("pages/sparse.py")
+    assert not at.exception, [e.value for e in at.exception]
+    text = " ".join(m.value for m in at.markdown)
+    assert "SPARTA best" in text and "vs DP-FFT" in text and "masked step" in text
+    sparta = [r["run_id"] for r in Store(app_env).list_runs() if r["config"].get("selection") == "sparta"
+              and r["config"]["strategy"] == "sparse"]
+    at.selectbox(key="sp_run").set_value(sparta[0]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) >= 4  # profile, mask, layer fractions, step time

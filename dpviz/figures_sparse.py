@@ -1,0 +1,75 @@
+"""Figures of sparse fine-tuning: the accuracy / trainable-parameter profile and the chosen rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .figures import TEMPLATE, eps_text
+from .figures_analyses import _layout
+
+METHODS = {"sparta": ("SPARTA (private rows)", "#ff7f0e", "circle"),
+           "magnitude": ("top-s by public magnitude", "#1f77b4", "square"),
+           "random": ("random rows", "#7f7f7f", "diamond"), "bias": ("head + biases (DP-BiTFiT)", "#2ca02c", "x"),
+           "norm": ("head + norm layers", "#9467bd", "cross"), "fft": ("full DP-FFT", "#d62728", "star")}
+
+
+def method_of(row) -> str:
+    return "fft" if row["strategy"] == "fft" else row["selection"]
+
+
+def profile_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over seeds per (ε, method, s), with the trainable percentage (FFT: 100 %)."""
+    df = rows.copy()
+    df["method"] = df.apply(method_of, axis=1)
+    tf = df["trainable_fraction"] if "trainable_fraction" in df else pd.Series(np.nan, index=df.index)
+    df["trainable_pct"] = np.where(df["method"] == "fft", 100.0, 100.0 * tf.astype(float))
+    g = df.groupby(["epsilon", "method", "sparsity"], dropna=False).agg(
+        test_accuracy=("test_accuracy", "mean"), std=("test_accuracy", "std"), seeds=("test_accuracy", "count"),
+        trainable_pct=("trainable_pct", "mean")).reset_index()
+    return g.fillna({"std": 0.0})
+
+
+def profile_figure(table: pd.DataFrame) -> go.Figure:
+    """Test accuracy against % trainable backbone parameters, one panel per ε (seed 003's figures)."""
+    eps = sorted(table["epsilon"].unique(), key=lambda e: float("inf") if e is None else float(e))
+    fig = make_subplots(rows=1, cols=len(eps), shared_yaxes=True,
+                        subplot_titles=[f"ε = {eps_text('inf' if e is None else e)}" for e in eps])
+    for j, e in enumerate(eps, start=1):
+        t = table[table["epsilon"] == e]
+        for m, (name, colour, symbol) in METHODS.items():
+            g = t[t["method"] == m].sort_values("trainable_pct")
+            if g.empty:
+                continue
+            fig.add_trace(go.Scatter(x=g["trainable_pct"], y=g["test_accuracy"], name=name, legendgroup=m,
+                                     showlegend=j == 1, mode="lines+markers" if len(g) > 1 else "markers",
+                                     error_y=dict(type="data", array=g["std"]),
+                                     marker=dict(color=colour, symbol=symbol, size=10), line=dict(color=colour)),
+                          row=1, col=j)
+    fig.update_xaxes(type="log", title="% of backbone parameters trained")
+    fig.update_yaxes(title="test accuracy (fraction)", col=1)
+    return _layout(fig, "Accuracy vs trainable parameters (mean ± std over seeds)", None, None, height=440)
+
+
+def mask_figure(mask: dict[str, list[int]], rows_per_layer: dict[str, int], title_run: str) -> go.Figure:
+    """Which rows train: one column per layer (rows stretched to a common height), selected = 1."""
+    names = list(rows_per_layer)
+    h = max(rows_per_layer.values())
+    img = np.zeros((h, len(names)))
+    for j, n in enumerate(names):
+        r = rows_per_layer[n]
+        sel = np.zeros(r)
+        sel[mask.get(n, [])] = 1
+        img[:, j] = sel[(np.arange(h) * r) // h]  # nearest-row stretch so every layer spans the height
+    fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, "#f0f0f0"], [1, "#ff7f0e"]], showscale=False,
+                               hovertemplate="layer %{x}<br>row position %{y}<extra></extra>"))
+    fig.update_yaxes(title="row (output neuron / filter), stretched per layer", autorange="reversed")
+    return _layout(fig, f"Selected rows per layer — {title_run}", "layer", None, height=420, showlegend=False)
+
+
+def layer_fraction_figure(fractions: dict[str, float], title_run: str) -> go.Figure:
+    fig = go.Figure(go.Bar(x=list(fractions), y=[100 * v for v in fractions.values()], marker_color="#ff7f0e"))
+    return _layout(fig, f"Share of each layer's rows that train — {title_run}", "layer", "% rows trained",
+                   height=320, showlegend=False)
