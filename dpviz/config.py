@@ -217,6 +217,9 @@ def validate(cfg: RunConfig) -> None:
     if not 0 < cfg.sparsity <= 1:
         raise ConfigError("sparsity", "must be in (0, 1] (the fraction of each layer's rows that train)",
                           cfg.sparsity)
+    if cfg.strategy == "sparse" and cfg.grad_sample_mode == "hooks":
+        raise ConfigError("grad_sample_mode", "auto or bk for sparse (masked rows need book-keeping)",
+                          cfg.grad_sample_mode)
     if cfg.strategy == "sparse" and cfg.epochs < 3:
         raise ConfigError("epochs", "must be >= 3 for sparse (head epochs, a selection epoch, masked epochs)",
                           cfg.epochs)

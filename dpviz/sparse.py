@@ -3,9 +3,10 @@
 Rows are the output neurons of Linear layers and the output filters of Conv2d
 layers (the weight flattened to out × rest). A mask keeps a set of rows per
 layer; training reparameterises W = W₀ + scatter(rows, ΔW) with only ΔW
-trainable (`RowDelta`), so a masked step computes per-sample gradients,
+trainable (`bk.RowDelta`), so a masked step computes per-sample gradients,
 norms and noise for the selected rows only ("row grouping"), and per-sample
-gradients are clipped after masking by construction.
+gradients are clipped after masking by construction. Masked training needs
+the book-keeping path (every built-in and supported external backbone).
 
 Selections (``RunConfig.selection``):
 
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from .models.vit import ClsPos
+from .privacy.bk import RowDelta  # noqa: F401  (re-exported: the masked layer)
 
 SELECTIONS = ("sparta", "magnitude", "random", "bias", "norm")
 ROW_SELECTIONS = ("sparta", "magnitude", "random")
@@ -43,30 +45,9 @@ def row_layers(backbone: nn.Module) -> dict[str, nn.Module]:
             if isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1)}
 
 
-class RowDelta(nn.Module):
-    """A frozen layer plus a trainable delta on selected output rows: y = base(x) + scatter(rows, delta(x))."""
-
-    def __init__(self, base: nn.Module, rows: torch.Tensor):
-        super().__init__()
-        self.base = base.requires_grad_(False)
-        self.register_buffer("rows", rows.to(base.weight.device))
-        k = len(rows)
-        if isinstance(base, nn.Conv2d):
-            self.delta = nn.Conv2d(base.in_channels, k, base.kernel_size, base.stride, base.padding,
-                                   base.dilation, bias=False)
-            self.dim = 1  # (B, C_out, H, W)
-        else:
-            self.delta = nn.Linear(base.in_features, k, bias=False)
-            self.dim = -1  # (…, out)
-        nn.init.zeros_(self.delta.weight)
-        self.delta.to(base.weight.device, base.weight.dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)
-        return y.index_add(self.dim % y.dim(), self.rows, self.delta(x))
-
-    def folded_weight(self) -> torch.Tensor:
-        return self.base.weight.detach().index_add(0, self.rows, self.delta.weight.detach())
+def folded_weight(m: RowDelta) -> torch.Tensor:
+    """W₀ + scatter(rows, ΔW), detached."""
+    return m.weight().detach()
 
 
 def _set(root: nn.Module, name: str, module: nn.Module) -> None:
@@ -91,7 +72,7 @@ def fold(backbone: nn.Module) -> None:
     for name, m in list(backbone.named_modules()):
         if isinstance(m, RowDelta):
             with torch.no_grad():
-                m.base.weight.copy_(m.folded_weight())
+                m.base.weight.copy_(folded_weight(m))
             _set(backbone, name, m.base)
 
 
@@ -104,7 +85,7 @@ def folded_state_dict(model: nn.Module) -> dict:
                 v = sd.pop(k)
                 if k.startswith(name + ".base."):
                     sd[name + "." + k[len(name) + 6:]] = v
-            sd[name + ".weight"] = m.folded_weight()
+            sd[name + ".weight"] = folded_weight(m)
     return sd
 
 
@@ -114,7 +95,7 @@ def set_masked_trainable(model: nn.Module, selection: str) -> None:
     model.head.requires_grad_(True)
     for m in model.backbone.modules():
         if isinstance(m, RowDelta):
-            m.delta.requires_grad_(True)
+            m.delta.requires_grad_(True)  # ΔW (k, …) of the selected rows
         elif isinstance(m, (nn.GroupNorm, nn.LayerNorm)) and selection in ROW_SELECTIONS + ("norm",):
             m.requires_grad_(True)
         elif isinstance(m, ClsPos) and selection in ROW_SELECTIONS:
@@ -154,7 +135,7 @@ def random_mask(backbone: nn.Module, sparsity: float, seed: int) -> dict[str, li
 
 def trainable_fraction(model: nn.Module) -> float:
     """Share of the backbone's weights that train (masked rows count by their row)."""
-    total = sum(p.numel() for n, p in model.backbone.named_parameters() if ".delta." not in f".{n}")
+    total = sum(p.numel() for n, p in model.backbone.named_parameters() if not n.endswith("delta"))
     train = sum(p.numel() for p in model.backbone.parameters() if p.requires_grad)
     return train / total
 

@@ -44,6 +44,10 @@ class Stepper:
     def __init__(self, module: nn.Module, mode: str = "auto"):
         if mode == "auto":
             mode = "bk" if bk.supports(module) else "hooks"
+        if mode == "hooks" and any(isinstance(m, bk.RowDelta) for m in module.modules()):
+            from ..errors import ConfigError
+            raise ConfigError("backbone", "a backbone whose trainable layers book-keeping supports "
+                              "(Linear, Conv2d, GroupNorm, LayerNorm) for sparse fine-tuning")
         if mode == "bk" and type(module) is nn.Linear and module.bias is not None:
             mode = "head"  # a lone linear head (LP on cached features): closed form, no autograd
         self.mode, self.module = mode, module
