@@ -7,7 +7,8 @@ import math
 import streamlit as st
 
 from dpviz import engine
-from dpviz.config import ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, STRATEGIES, RunConfig
+from dpviz.config import (ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, SELECTIONS, STRATEGIES,
+                          RunConfig)
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -38,7 +39,14 @@ def _strategy_widgets() -> dict:
     k = c3.number_input("blocks to tune (partial)", 1, 64, 1, key="f_tune_blocks", disabled=strategy != "partial")
     sw = c4.number_input("public steps before DP (continual; -1: automatic)", -1, 100000, -1, key="f_switch",
                          disabled=strategy != "continual")
-    return {"strategy": strategy, "lp_fraction": p, "tune_blocks": int(k), "switch_step": int(sw)}
+    c5, c6 = st.columns(2)
+    sel = c5.selectbox("rows to train (sparse)", SELECTIONS, key="f_selection", disabled=strategy != "sparse",
+                       help="sparta: private selection epoch; magnitude/random: fixed rows; bias / norm: "
+                            "head + biases / norm layers")
+    s = c6.slider("sparsity s (share of each layer's rows, sparse)", 0.01, 1.0, 0.2, 0.01, key="f_sparsity",
+                  disabled=strategy != "sparse")
+    return {"strategy": strategy, "lp_fraction": p, "tune_blocks": int(k), "switch_step": int(sw),
+            "selection": sel, "sparsity": s}
 
 
 def _model_widgets() -> dict:
@@ -88,6 +96,8 @@ def preview_total(cfg: RunConfig) -> int:
 def render_preview(cfg: RunConfig, prev: dict) -> None:
     """What the budget implies, before launch."""
     phases = " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"])
+    if cfg.strategy == "sparse":
+        phases += f" (s = {cfg.sparsity:g} of each layer's rows, {cfg.selection})"
     if cfg.strategy == "continual":
         public = "automatic switch" if cfg.switch_step < 0 else f"{cfg.switch_step} steps"
         phases = f"public ({cfg.public_dataset}, no DP, not counted in ε) {public} → {phases}"
