@@ -216,10 +216,9 @@ def cmd_sweep(args) -> int:
             RunConfig.from_dict({**base.to_dict(), **p})
         study = sweeps.create_grid_sweep("sparse", base, points, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = args.workers or min(os.cpu_count() or 1, len(study.get_trials(deepcopy=False)) or 1)
-    procs = sweeps.start_workers(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise DpvizError(f"sweep: {sum(1 for c in codes if c)} worker(s) failed; relaunch to resume")
+    failed = sweeps.run_local(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
+    if failed:
+        raise DpvizError(f"sweep: {failed} worker(s) failed; relaunch to resume")
     rows = sweeps.table(study)
     print(_dump(rows) if args.json else "\n".join(
         f"{r['run_id']}  " + "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("run_id", "test_accuracy"))
@@ -240,8 +239,7 @@ def cmd_tune(args) -> int:
         print(f"dpviz: note: tuning on the private dataset '{base.dataset}': each trial spends privacy that no "
               "run's ε includes (use --proxy glyphs to tune on public data)", file=sys.stderr)
     if args.workers > 1:
-        procs = sweeps.start_workers(study, workers=args.workers, cache_dir=args.cache_dir, storage_url=args.storage)
-        if any(p.wait() for p in procs):
+        if sweeps.run_local(study, workers=args.workers, cache_dir=args.cache_dir, storage_url=args.storage):
             raise DpvizError("tune: a worker failed; relaunch to resume")
     else:
         sweeps.work(study, cache_dir=args.cache_dir)
