@@ -61,6 +61,7 @@ class JobManager:
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
         self.analysis_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-analysis")
+        self.curvature_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-curvature")
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
 
@@ -88,16 +89,18 @@ class JobManager:
             raise
 
     def queue_analyses(self, run_id: str, step: int) -> Future:
-        """Compute the background analyses of a new checkpoint in the analysis thread."""
+        """Queue a new checkpoint's background analyses: feature analyses in the analysis thread,
+        curvature (seconds per checkpoint) in its own thread so it never delays the feature views."""
         from .analyses.service import analyze_checkpoint
 
-        def work():
+        def work(kind):
             try:
-                analyze_checkpoint(self.store, run_id, step)
+                analyze_checkpoint(self.store, run_id, step, kind=kind)
             except Exception as e:  # noqa: BLE001 - an analysis failure must not touch the run
                 self.store.event(run_id, "analysis-failed", f"step {step}: {type(e).__name__}: {e}")
 
-        return self.analysis_pool.submit(work)
+        self.curvature_pool.submit(work, "model")
+        return self.analysis_pool.submit(work, "features")
 
     def cancel(self, job_id: int) -> None:
         self.jobs[job_id].cancel()
@@ -111,3 +114,4 @@ class JobManager:
                 j.cancel()
         self.pool.shutdown(wait=True)
         self.analysis_pool.shutdown(wait=True)
+        self.curvature_pool.shutdown(wait=True)

@@ -108,9 +108,9 @@ def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], refere
     return wanted
 
 
-def analyze_checkpoint(store: Store, run_id: str, step: int) -> None:
-    """Compute and cache the background analyses for one new checkpoint."""
-    for name in BACKGROUND:
+def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = None) -> None:
+    """Compute and cache the background analyses (of one ``kind``, or all) for one new checkpoint."""
+    for name in (n for n in BACKGROUND if kind is None or REGISTRY[n].kind == kind):
         try:
             analyze(store, run_id, name, step=step)
         except StoreError:
