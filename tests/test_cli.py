@@ -134,3 +134,25 @@ def test_killed_run_is_marked_interrupted_and_store_survives(cli_env, cache_dir)
     assert store.get_run(first)["status"] == "finished" and store.get_run(first)["summary"]["run_id"] == first
     listed = json.loads(dpviz(["list", "--json"], cli_env).stdout)
     assert {r["status"] for r in listed} == {"finished", "interrupted"}
+
+
+def test_accountants_json_and_bad_input(cli_env):
+    from opacus.accountants.utils import get_noise_multiplier
+
+    r = dpviz(["accountants", "--epsilon", "2", "--delta", "1e-5", "--epochs", "3", "--dataset-size", "1437",
+               "--batch-sizes", "64", "512", "--json"], cli_env)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {(x["accountant"], x["batch_size"]) for x in rows} == {(a, b) for a in ("rdp", "gdp", "prv")
+                                                                 for b in (64, 512)}
+    for x in rows:
+        assert x["steps"] == 3 * round(1437 / x["batch_size"]) and x["sample_rate"] == pytest.approx(x["batch_size"] / 1437)
+        ref = get_noise_multiplier(target_epsilon=2, target_delta=1e-5, sample_rate=x["sample_rate"], steps=x["steps"],
+                                   accountant=x["accountant"], epsilon_tolerance=0.005)
+        assert x["noise_multiplier"] == pytest.approx(ref, rel=0.02)
+    for bad, field in ((["--batch-sizes", "5000"], "batch_sizes"), (["--delta", "2"], "delta"),
+                       (["--accountants", "moments"], "accountants")):
+        args = {"--epsilon": "2", "--delta": "1e-5", "--epochs": "3", "--dataset-size": "1437", "--batch-sizes": "64"}
+        args[bad[0]] = bad[1]
+        r = dpviz(["accountants", *[v for kv in args.items() for v in kv]], cli_env)
+        assert r.returncode == 2 and r.stderr.startswith(f"dpviz: error: {field}") and len(r.stderr.splitlines()) == 1
