@@ -64,3 +64,30 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         assert dl.value.suggested_filename.endswith(".png")
         img = Image.open(io.BytesIO(open(path, "rb").read()))
         assert img.format == "PNG" and img.size == (900, 520)
+
+
+def test_every_page_renders_in_a_real_browser(cache_dir, tmp_path):
+    """Click through the sidebar: each page draws its heading and no exception box; curvature and sparse
+    pages draw their plotly charts from stored runs."""
+    import dpviz
+    from dashboard.layout import PAGES
+    from dpviz.analyses.service import analyze
+    from dpviz.config import RunConfig
+
+    need_chromium()
+    s = dpviz.run(RunConfig(strategy="fft", epochs=2, checkpoint_every=5), cache_dir=cache_dir)
+    for step in Store(cache_dir).feature_steps(s["run_id"]):
+        analyze(Store(cache_dir), s["run_id"], "hessian", step=step)
+    dpviz.run(RunConfig(strategy="sparse", epochs=3), cache_dir=cache_dir)
+    with browser() as b, server(cache_dir, tmp_path / "server.log") as url:
+        page = b.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(url, timeout=60000)
+        page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=90000)
+        for _, title, _ in PAGES:
+            page.get_by_role("link", name=title).first.click()
+            page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60000)
+            page.wait_for_load_state("networkidle")
+            time.sleep(1.0)
+            assert page.locator('[data-testid="stException"]').count() == 0, title
+            if title in ("Curvature", "Sparse fine-tuning"):
+                page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60000)

@@ -156,3 +156,18 @@ def test_row_grouping_on_torchvision_and_timm_backbones(kind, tmp_path):
         w_old, w_new = dict(plain.backbone.named_modules())[n].weight, dict(model.backbone.named_modules())[n].weight
         frozen = sorted(set(range(w_old.shape[0])) - set(rows))
         assert torch.equal(w_old[frozen], w_new[frozen]) and not torch.equal(w_old[rows], w_new[rows])
+
+
+def test_cli_sparse_run_json_lists_the_selection_phase(cli_env):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "sparse", "--epochs", "3", "--sparsity",
+                        "0.1", "--json", "--quiet"], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert [p["name"] for p in s["phases"]] == ["head", "select", "sparse"]
+    assert 0.09 < s["trainable_fraction"] < 0.2 and s["selection"] == "sparta" and s["epsilon_spent"] <= 1.0
+    r = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "sparse", "--sparsity", "0"],
+                       env=cli_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith("dpviz: error: sparsity")
