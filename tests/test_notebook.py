@@ -31,3 +31,20 @@ def test_quickstart_notebook_executes_and_matches_dashboard_figure(cache_dir, tm
     for trace in fig.data:  # plotly writes non-ASCII as JSON escapes
         assert json.dumps(trace.name)[1:-1] in html
     assert json.dumps(results.caption([r["config"] for r in runs]))[1:-1][:40] in html  # the caption
+
+
+@pytest.mark.slow
+def test_curvature_and_sparse_notebook_executes(cache_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("DPVIZ_NB_EPOCHS", "3")
+    monkeypatch.setenv("DPVIZ_NB_OUT", str(tmp_path))
+    nb = nbformat.read(ROOT / "notebooks" / "curvature_and_sparse.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    store = Store(cache_dir)
+    runs = {r["config"]["strategy"]: r for r in store.list_runs()}
+    assert set(runs) == {"fft", "sparse"}
+    fft = runs["fft"]["run_id"]
+    table = results.curvature_table(store, [fft])
+    assert list(table["step"]) == store.feature_steps(fft) and table.attrs["missing"] == []
+    assert "decelerator" in (tmp_path / "curvature_terms.html").read_text()
+    assert [p["name"] for p in runs["sparse"]["summary"]["phases"]] == ["head", "select", "sparse"]
