@@ -14,14 +14,18 @@ from dpviz.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def execute(name: str, tmp_path: Path, monkeypatch, **env) -> None:
+    """Run a notebook top to bottom in a real kernel with ``env`` set."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+
 @pytest.mark.slow
 def test_quickstart_notebook_executes_and_matches_dashboard_figure(cache_dir, tmp_path, monkeypatch):
     out = tmp_path / "fig.html"
-    monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("DPVIZ_NB_EPOCHS", "2")
-    monkeypatch.setenv("DPVIZ_NB_OUT", str(out))
-    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute("quickstart.ipynb", tmp_path, monkeypatch, DPVIZ_CACHE_DIR=cache_dir, DPVIZ_NB_EPOCHS=2, DPVIZ_NB_OUT=out)
     store = Store(cache_dir)
     runs = store.list_runs()
     assert sorted(r["config"]["strategy"] for r in runs) == ["fft", "lp", "lp-fft"]
@@ -35,11 +39,8 @@ def test_quickstart_notebook_executes_and_matches_dashboard_figure(cache_dir, tm
 
 @pytest.mark.slow
 def test_curvature_and_sparse_notebook_executes(cache_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("DPVIZ_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("DPVIZ_NB_EPOCHS", "3")
-    monkeypatch.setenv("DPVIZ_NB_OUT", str(tmp_path))
-    nb = nbformat.read(ROOT / "notebooks" / "curvature_and_sparse.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute("curvature_and_sparse.ipynb", tmp_path, monkeypatch, DPVIZ_CACHE_DIR=cache_dir, DPVIZ_NB_EPOCHS=3,
+            DPVIZ_NB_OUT=tmp_path)
     store = Store(cache_dir)
     runs = {r["config"]["strategy"]: r for r in store.list_runs()}
     assert set(runs) == {"fft", "sparse"}
