@@ -96,25 +96,29 @@ def with_caption(fig: go.Figure, caption: str) -> go.Figure:
     return out
 
 
-def utility_curve(rows: pd.DataFrame) -> go.Figure:
-    """Test accuracy vs LP fraction, mean ± std over seeds, one curve per ε, best fraction marked.
+def utility_curve(rows: pd.DataFrame, metric: str = "test_accuracy") -> go.Figure:
+    """``metric`` (test accuracy or test loss) vs LP fraction, mean ± std over seeds, one curve per ε;
+    the best fraction per ε (highest accuracy / lowest loss) marked.
 
-    ``rows``: one row per finished run with epsilon, lp_fraction, test_accuracy.
+    ``rows``: one row per finished run with epsilon, lp_fraction and the metric.
     """
     fig = go.Figure()
+    rows = rows.dropna(subset=[metric]) if metric in rows else rows.iloc[:0]
+    lower_better = metric.endswith("loss")
     eps_order = sorted(rows["epsilon"].unique(), key=lambda e: float("inf") if e is None else float(e))
     for i, eps in enumerate(eps_order):
-        g = rows[rows["epsilon"] == eps].groupby("lp_fraction")["test_accuracy"].agg(["mean", "std", "count"])
+        g = rows[rows["epsilon"] == eps].groupby("lp_fraction")[metric].agg(["mean", "std", "count"])
         g = g.reset_index().fillna({"std": 0.0})
         c = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"][i % 6]
         name = f"ε = {eps_text('inf' if eps is None else eps)}"
         fig.add_trace(go.Scatter(x=g["lp_fraction"], y=g["mean"], error_y=dict(type="data", array=g["std"]),
                                  mode="lines+markers", name=name, line=dict(color=c)))
-        best = g.loc[g["mean"].idxmax()]
+        best = g.loc[g["mean"].idxmin() if lower_better else g["mean"].idxmax()]
         fig.add_trace(go.Scatter(x=[best["lp_fraction"]], y=[best["mean"]], mode="markers", showlegend=False,
                                  marker=dict(symbol="star", size=16, color=c, line=dict(color="black", width=1)),
                                  hovertext=f"best p = {best['lp_fraction']:g} at {name}"))
-    fig.update_layout(template=TEMPLATE, title="Utility curve: test accuracy vs LP share of the budget "
+    what = "test loss" if lower_better else "test accuracy"
+    fig.update_layout(template=TEMPLATE, title=f"Utility curve: {what} vs LP share of the budget "
                       "(mean ± std over seeds; ★ best p per ε)", xaxis_title="LP fraction p (share of steps on LP)",
-                      yaxis_title="test accuracy (fraction)", height=420, showlegend=True, uirevision="keep")
+                      yaxis_title=_label(metric), height=420, showlegend=True, uirevision="keep")
     return fig

@@ -211,8 +211,8 @@ def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) 
             trial.set_user_attr("error", f"{type(e).__name__}: {e}")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        trial.set_user_attr("summary", {k: s.get(k) for k in ("run_id", "test_accuracy", "epsilon_spent", "cached",
-                                                              "trainable_fraction")})
+        trial.set_user_attr("summary", {k: s.get(k) for k in ("run_id", "test_accuracy", "test_loss", "epsilon_spent",
+                                                              "cached", "trainable_fraction")})
         study.tell(trial, s["test_accuracy"])
         done.append(s)
     return done
@@ -232,7 +232,8 @@ def table(study: optuna.Study) -> list[dict]:
         params = {k: (_eps(v) if k == "epsilon" else v) for k, v in t.params.items()}
         rows.append({"run_id": s["run_id"], **{k: (None if isinstance(v, float) and math.isinf(v) else v)
                                               for k, v in params.items()},
-                     "test_accuracy": s["test_accuracy"], "epsilon_spent": s["epsilon_spent"],
+                     "test_accuracy": s["test_accuracy"], "test_loss": s.get("test_loss"),
+                     "epsilon_spent": s["epsilon_spent"],
                      **({"trainable_fraction": s["trainable_fraction"]} if s.get("trainable_fraction") is not None
                         else {})})
     return rows

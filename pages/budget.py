@@ -65,7 +65,9 @@ def render_curve():
     if rows.empty:
         return
     fig = figures.utility_curve(rows)
-    st.plotly_chart(fig, key="bu_curve")
+    cols = st.columns(2)
+    cols[0].plotly_chart(fig, key="bu_curve")
+    cols[1].plotly_chart(figures.utility_curve(rows, "test_loss"), key="bu_curve_loss")
     store = state.store()
     configs = [store.get_run(r)["config"] for r in rows["run_id"] if _stored(store, r)]
     runs.render_export(fig, rows, configs, f"dpviz_utility_{name}", "exp-utility")

@@ -170,3 +170,18 @@ def test_sparse_page_profile_mask_and_step_time(app_env):
     at.selectbox(key="sp_run").set_value(sparta[0]).run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) >= 4  # profile, mask, layer fractions, step time
+
+
+def test_budget_page_draws_accuracy_and_loss_utility_curves(app_env):
+    from dpviz import sweeps
+    from dpviz.config import RunConfig
+
+    base = RunConfig(epochs=1, batch_size=512, eval_every=50)
+    study = sweeps.create_budget_sweep(base, sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 1.0], seeds=[0]),
+                                       cache_dir=app_env)
+    sweeps.work(study, cache_dir=app_env)
+    at = open_page("pages/budget.py")
+    assert not at.exception, [e.value for e in at.exception]
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert {"bu_curve", "bu_curve_loss", "bu_runs"} <= set(keys), keys
+    assert any("best LP share per ε" in m.value for m in at.markdown)

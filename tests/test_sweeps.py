@@ -29,7 +29,7 @@ def test_budget_sweep_end_to_end(cli_env, cache_dir):
     assert sorted((row["epsilon"], row["lp_fraction"]) for row in rows) == [(1.0, 0.0), (1.0, 1.0), (8.0, 0.0),
                                                                           (8.0, 1.0)]
     for row in rows:
-        assert row["epsilon_spent"] <= row["epsilon"] and 0 <= row["test_accuracy"] <= 1
+        assert row["epsilon_spent"] <= row["epsilon"] and 0 <= row["test_accuracy"] <= 1 and row["test_loss"] > 0
         assert Store(cache_dir).get_run(row["run_id"])["status"] == "finished"
 
 
@@ -119,3 +119,16 @@ def test_two_workers_on_postgresql_split_a_study(postgres, cli_env, cache_dir):
 def test_tune_rejects_a_private_proxy(cli_env):
     r = cli(cli_env, "tune", "--lr-ft", "0.001", "1", "--proxy", "digits", "--json")
     assert r.returncode == 2 and "proxy" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_utility_curves_mark_best_accuracy_and_lowest_loss():
+    import pandas as pd
+
+    from dpviz import figures
+
+    rows = pd.DataFrame({"epsilon": [1.0] * 6, "lp_fraction": [0, 0.5, 1] * 2, "seed": [0] * 3 + [1] * 3,
+                         "test_accuracy": [0.5, 0.7, 0.6, 0.52, 0.72, 0.58], "test_loss": [1.2, 0.9, 0.8, 1.1, 0.95, 0.7]})
+    acc, loss = figures.utility_curve(rows), figures.utility_curve(rows, "test_loss")
+    assert acc.data[1].x[0] == 0.5 and acc.data[1].y[0] == pytest.approx(0.71)  # ★ at the best mean accuracy
+    assert loss.data[1].x[0] == 1 and loss.data[1].y[0] == pytest.approx(0.75)  # ★ at the lowest mean loss
+    assert list(acc.data[0].error_y.array) == pytest.approx(list(rows.groupby("lp_fraction")["test_accuracy"].std()))
