@@ -138,8 +138,3 @@ def trainable_fraction(model: nn.Module) -> float:
     total = sum(p.numel() for n, p in model.backbone.named_parameters() if not n.endswith("delta"))
     train = sum(p.numel() for p in model.backbone.parameters() if p.requires_grad)
     return train / total
-
-
-def layer_fractions(backbone: nn.Module, mask: dict[str, list[int]]) -> dict[str, float]:
-    layers = row_layers(backbone)
-    return {n: len(rows) / layers[n].weight.shape[0] for n, rows in mask.items()}

@@ -112,6 +112,18 @@ def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache
 TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int, "epochs": int}
 
 
+def check_space(space: dict) -> dict:
+    """Validate search ranges {field: [low, high]} and cast them to the fields' types."""
+    from .errors import ConfigError
+
+    for k, (lo, hi) in space.items():
+        if k not in TUNABLE:
+            raise ConfigError(k, f"not tunable; tunable fields: {', '.join(TUNABLE)}")
+        if not 0 < lo <= hi:
+            raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
+    return {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
+
+
 def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url=None, cache_dir=None,
                   seed: int = 0, proxy: str | None = None) -> optuna.Study:
     """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale).
@@ -134,14 +146,7 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
             raise ConfigError("proxy", f"a public dataset dpviz generates ({', '.join(PUBLIC)}), "
                               f"not the private one", proxy)
         base = base.replace(dataset=proxy, data_dir=None)
-    for k, (lo, hi) in space.items():
-        if k not in TUNABLE:
-            from .errors import ConfigError
-            raise ConfigError(k, f"not tunable; tunable fields: {', '.join(TUNABLE)}")
-        if not 0 < lo <= hi:
-            from .errors import ConfigError
-            raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
-    space = {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
+    space = check_space(space)
     name = study_name("tune", base, {**space, "target": target.dataset})
     study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
                                 load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))

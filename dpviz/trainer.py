@@ -88,18 +88,10 @@ class Loop:
         stepper = dpsgd.Stepper(module, self.cfg.grad_sample_mode) if private else module
         opt = self._optimizer(module, plan.lr)
         self._t = time.perf_counter()
-        n, q = len(self.y), phase.sample_rate
         for k in range(plan.steps):
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled()
-            idx = (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+            idx = self._sample(len(self.y), phase.sample_rate)
             opt.zero_grad(set_to_none=True)
-            if private:
-                st = dpsgd.private_step(stepper, inputs[idx], self.y[idx], clip_norm=phase.clip_norm,
-                                        noise_multiplier=phase.noise_multiplier, expected_batch=q * n,
-                                        generator=self.gen_noise, clipping=self.cfg.clipping)
-            else:
-                st = dpsgd.plain_step(stepper, inputs[idx], self.y[idx])
+            st = self._step(stepper, inputs, idx, phase)
             opt.step()
             self.step += 1
             self.private_steps += 1
@@ -109,6 +101,20 @@ class Loop:
         if plan.trainable == "mask":
             sparse.fold(self.model.backbone)  # W₀ + scatter(ΔW) back into plain layers
 
+    def _sample(self, n: int, q: float) -> torch.Tensor:
+        """Indices of a Poisson batch (each example with probability q); stops here if cancelled."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled()
+        return (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+
+    def _step(self, stepper, inputs: torch.Tensor, idx: torch.Tensor, phase) -> dpsgd.StepStats:
+        """Set the gradients of one step on private batch ``idx``: DP-SGD, or plain without privacy."""
+        if not self.cfg.private:
+            return dpsgd.plain_step(stepper, inputs[idx], self.y[idx])
+        return dpsgd.private_step(stepper, inputs[idx], self.y[idx], clip_norm=phase.clip_norm,
+                                  noise_multiplier=phase.noise_multiplier, expected_batch=phase.sample_rate * len(self.y),
+                                  generator=self.gen_noise, clipping=self.cfg.clipping)
+
     def run_selection(self, plan, phase) -> None:
         """SPARTA's selection epoch: ordinary DP-SGD releases g̃ of every weight, no update;
         v = Σ |g̃| per row layer. Only these noisy releases reach the row choice."""
@@ -117,19 +123,11 @@ class Loop:
         v = {n: torch.zeros_like(m.weight) for n, m in layers.items()}
         private = self.cfg.private
         stepper = dpsgd.Stepper(self.model, self.cfg.grad_sample_mode) if private else self.model
-        n, q = len(self.y), phase.sample_rate
         self._t = time.perf_counter()
         for k in range(plan.steps):
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled()
-            idx = (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+            idx = self._sample(len(self.y), phase.sample_rate)
             self.model.zero_grad(set_to_none=True)
-            if private:
-                st = dpsgd.private_step(stepper, self.x[idx], self.y[idx], clip_norm=phase.clip_norm,
-                                        noise_multiplier=phase.noise_multiplier, expected_batch=q * n,
-                                        generator=self.gen_noise, clipping=self.cfg.clipping)
-            else:
-                st = dpsgd.plain_step(self.model, self.x[idx], self.y[idx])
+            st = self._step(stepper, self.x, idx, phase)
             for name, m in layers.items():
                 v[name] += m.weight.grad.abs()
             self.step += 1
@@ -151,8 +149,8 @@ class Loop:
             mask = sparse.random_mask(bb, cfg.sparsity, cfg.seed)
         else:
             mask = {}
-        fractions = sparse.layer_fractions(bb, mask)
-        self._row_layers = sparse.row_layers(bb)  # before wrapping: names → plain layers
+        rows_per_layer = {n: int(m.weight.shape[0]) for n, m in sparse.row_layers(bb).items()}  # before wrapping
+        fractions = {n: len(rows) / rows_per_layer[n] for n, rows in mask.items()}
         sparse.apply_mask(bb, mask)
         sparse.set_masked_trainable(self.model, cfg.selection)
         self.extra = {"selection": cfg.selection, "sparsity": cfg.sparsity,
@@ -160,7 +158,7 @@ class Loop:
         write_atomic(self.store.run_dir(self.run_id) / "mask.json",
                      lambda p: open(p, "w").write(json.dumps({
                          "step": self.step, "selection": cfg.selection, "sparsity": cfg.sparsity, "mask": mask,
-                         "rows_per_layer": {n: int(m.weight.shape[0]) for n, m in self._row_layers.items()}})))
+                         "rows_per_layer": rows_per_layer})))
         self.store.event(self.run_id, "mask", f"{cfg.selection}: {self.extra['trainable_fraction']:.4f} of the "
                          f"backbone's weights train")
 
@@ -194,14 +192,12 @@ class Loop:
         q, reason = min(1.0, self.cfg.batch_size / len(py)), "step"
         self._t = time.perf_counter()
         for k in range(plan.steps):
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled()
             if mon is not None and k % SWITCH_CHECK_EVERY == 0:
                 self.rec.add(self.step, decelerator_public=mon.measure(self.model))
                 if mon.should_switch():
                     reason = "decelerator"
                     break
-            idx = (torch.rand(len(py), generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+            idx = self._sample(len(py), q)
             opt.zero_grad(set_to_none=True)
             st = dpsgd.plain_step(self.model, px[idx], py[idx])
             opt.step()

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import layout, runs, state
+from dashboard import layout, runs, state, studies
 from dpviz import figures, results, sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
@@ -41,20 +41,14 @@ space = sweeps.budget_grid(epsilons=sorted(eps, key=lambda e: float(e)), fractio
                            seeds=sorted(seeds)) if base else None
 if base and st.button(f"Launch sweep ({len(eps) * len(fractions) * len(seeds)} runs, {workers} workers)",
                       type="primary", key="bu_launch"):
-    study = sweeps.create_budget_sweep(base, space, cache_dir=state.store().root)
-    state.worker_processes().extend(sweeps.start_workers(study, workers=workers, cache_dir=state.store().root))
-    st.session_state["bu_study"] = study.study_name
-    st.toast(f"Sweep {study.study_name} started")
+    studies.launch(sweeps.create_budget_sweep(base, space, cache_dir=state.store().root), workers, "bu_study")
 
 st.subheader("2 · Utility curve")
-all_studies = sweeps.studies(cache_dir=state.store().root, kind="budget")
-if not all_studies:
+study = studies.pick("budget", "bu_study")
+if study is None:
     st.info("No budget sweep yet: launch one above (or `python -m dpviz sweep budget …`).")
     st.stop()
-names = [s.study_name for s in all_studies]
-default = names.index(st.session_state["bu_study"]) if st.session_state.get("bu_study") in names else 0
-name = st.selectbox("sweep", names, index=default, key="bu_pick")
-study = all_studies[names.index(name)]
+name = study.study_name
 
 
 @st.fragment(run_every=2.0)

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import layout, runs, state
+from dashboard import layout, runs, state, studies
 from dpviz import figures, figures_sparse, results, sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
@@ -44,10 +44,7 @@ except DpvizError as e:
     base = None
 if base and st.button(f"Launch profile sweep ({len(points)} runs, {workers} workers)", type="primary",
                       key="sp_launch"):
-    study = sweeps.create_grid_sweep("sparse", base, points, cache_dir=state.store().root)
-    state.worker_processes().extend(sweeps.start_workers(study, workers=workers, cache_dir=state.store().root))
-    st.session_state["sp_study"] = study.study_name
-    st.toast(f"Sweep {study.study_name} started")
+    studies.launch(sweeps.create_grid_sweep("sparse", base, points, cache_dir=state.store().root), workers, "sp_study")
 
 def _verdict(table: pd.DataFrame) -> str:
     parts = []
@@ -67,12 +64,9 @@ def _verdict(table: pd.DataFrame) -> str:
 
 
 st.subheader("2 · Accuracy vs trainable parameters")
-all_studies = sweeps.studies(cache_dir=state.store().root, kind="sparse")
 store = state.store()
-if all_studies:
-    names = [s.study_name for s in all_studies]
-    default = names.index(st.session_state["sp_study"]) if st.session_state.get("sp_study") in names else 0
-    study = all_studies[names.index(st.selectbox("sweep", names, index=default, key="sp_pick"))]
+study = studies.pick("sparse", "sp_study")
+if study is not None:
 
     @st.fragment(run_every=2.0)
     def render_profile():

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from dashboard import layout, runs, state
+from dashboard import layout, runs, state, studies
 from dpviz import figures_tuning, sweeps
 from dpviz.config import PUBLIC_DATASETS as PUBLIC, STRATEGIES, RunConfig
 from dpviz.errors import ConfigError, DpvizError
@@ -58,31 +58,24 @@ try:
     if not space:
         raise ConfigError("ranges", "tick at least one field to search")
     base = RunConfig(strategy=strategy, epsilon=eps)
-    for k, (lo, hi) in space.items():
-        if not 0 < lo <= hi:
-            raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
+    sweeps.check_space(space)
 except DpvizError as e:
     st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
     base = None
 if base and st.button(f"Launch search ({trials} trials, {workers} workers)", type="primary", key="tu_launch"):
     try:
-        study = sweeps.create_search(base, space, trials=trials, proxy=proxy, cache_dir=state.store().root)
-        state.worker_processes().extend(sweeps.start_workers(study, workers=workers, cache_dir=state.store().root))
-        st.session_state["tu_study"] = study.study_name
-        st.toast(f"Search {study.study_name} started")
+        studies.launch(sweeps.create_search(base, space, trials=trials, proxy=proxy, cache_dir=state.store().root),
+                       workers, "tu_study", "Search")
     except DpvizError as e:
         st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
 
 st.subheader("2 · Trials")
-all_studies = sweeps.studies(cache_dir=state.store().root, kind="tune")
-if not all_studies:
+study = studies.pick("tune", "tu_study", "search",
+                     format_func=lambda s: f"{s.study_name} — {figures_tuning.subtitle(s)}")
+if study is None:
     st.info("No search yet: launch one above (or `python -m dpviz tune … --proxy glyphs`).")
     st.stop()
-names = [s.study_name for s in all_studies]
-default = names.index(st.session_state["tu_study"]) if st.session_state.get("tu_study") in names else 0
-name = st.selectbox("search", names, index=default, key="tu_pick",
-                    format_func=lambda n: f"{n} — {figures_tuning.subtitle(all_studies[names.index(n)])}")
-study = all_studies[names.index(name)]
+name = study.study_name
 
 
 @st.fragment(run_every=2.0)

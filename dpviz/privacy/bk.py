@@ -191,11 +191,11 @@ class BookKeeper:
             else:
                 a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), gr.reshape(gr.shape[0], -1, gr.shape[-1])
                 n2, ps = _matrix_norm2(a3, g3)
-            b = m.base.bias
+            b, gb = m.base.bias, None
             if b is not None and b.requires_grad:
                 gb = g.flatten(2).sum(2) if m.conv else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)  # (B, out)
                 n2 = n2 + gb.pow(2).sum(1)
-            return n2, (a, gr, ps, g)
+            return n2, (a, gr, ps, gb)
         if isinstance(m, nn.Conv2d):
             n2, ps = _conv_norm2(m, a, g) if m.weight.requires_grad else (0, None)
             if m.bias is not None and m.bias.requires_grad:
@@ -220,7 +220,7 @@ class BookKeeper:
             if m.bias is not None and m.bias.requires_grad:
                 m.bias.grad = (g3.sum(1) * c[:, None]).sum(0)
         elif isinstance(m, RowDelta):
-            a, gr, ps, g = state
+            a, gr, ps, gb = state
             if ps is not None:
                 m.delta.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.delta.shape)
             elif m.conv:
@@ -229,10 +229,8 @@ class BookKeeper:
             else:
                 g3 = gr.reshape(gr.shape[0], -1, gr.shape[-1]) * c[:, None, None]
                 m.delta.grad = g3.reshape(-1, g3.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-            b = m.base.bias
-            if b is not None and b.requires_grad:
-                gb = g.flatten(2).sum(2) if m.conv else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)
-                b.grad = (gb * c[:, None]).sum(0)
+            if gb is not None:  # per-sample bias grads (B, out), kept from the norm pass
+                m.base.bias.grad = (gb * c[:, None]).sum(0)
         elif isinstance(m, nn.Conv2d):
             a, g, ps = state
             gc = g * c[:, None, None, None]
