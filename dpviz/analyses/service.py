@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 
 from ..errors import ConfigError, StoreError
@@ -72,18 +74,26 @@ def plan_at(plans, step: int):
     return plans[-1]
 
 
+@functools.lru_cache(maxsize=8)
+def _prepared(cfg_json: str, root: str):
+    """Data, model skeleton and calibrated phases of a run (σ calibration and loading done once)."""
+    from .. import engine
+    from ..config import RunConfig
+
+    return engine.prepare(RunConfig.from_dict(json.loads(cfg_json)), cache_dir=root, with_curve=False)
+
+
 def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     """The run's model at ``step`` and a fixed batch of its private training data."""
     import torch
 
-    from .. import engine
     from ..config import RunConfig
     from .hessian import Checkpoint
 
     cfg = RunConfig.from_dict(store.get_run(run_id)["config"])
     state = store.load_weights(run_id, step)
-    prep = engine.prepare(cfg, cache_dir=store.root, with_curve=False)
-    model = prep.model.to(prep.device)
+    prep = _prepared(cfg.to_json(), str(store.root))  # once per run, not per checkpoint
+    model = copy.deepcopy(prep.model).to(prep.device)
     model.load_state_dict(state)
     b = prep.bundle
     idx = torch.randperm(b.n, generator=torch.Generator().manual_seed(0))[:batch]  # fixed, seed-independent
