@@ -6,9 +6,8 @@ import math
 
 import streamlit as st
 
-from dpviz import engine
-from dpviz.config import (ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, SELECTIONS, STRATEGIES,
-                          RunConfig)
+from dpviz import engine, strategies
+from dpviz.config import ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, RunConfig
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -31,22 +30,27 @@ def _privacy_widgets() -> dict:
     return {"epsilon": math.inf if eps == NO_PRIVACY else eps, "delta": delta, "accountant": acct}
 
 
+def _param_widget(box, p: strategies.Param):
+    """One strategy field as the widget its `Param` declares (key ``f_<field>``)."""
+    default, key = D[p.name].default, f"f_{p.name}"
+    if p.kind == "choice":
+        return box.selectbox(p.label, p.choices, index=p.choices.index(default), key=key, help=p.help or None)
+    if p.kind == "int":
+        return int(box.number_input(p.label, int(p.low), int(p.high), int(default), int(p.step or 1), key=key,
+                                    help=p.help or None))
+    return box.slider(p.label, float(p.low), float(p.high), float(default), float(p.step), key=key,
+                      help=p.help or None)
+
+
 def _strategy_widgets() -> dict:
-    c1, c2, c3, c4 = st.columns([2, 3, 2, 2])
-    strategy = c1.selectbox("strategy", STRATEGIES, index=STRATEGIES.index("lp-fft"), key="f_strategy")
-    p = c2.slider("LP fraction p (share of steps and budget on LP)", 0.0, 1.0, 0.3, 0.05, key="f_lp_fraction",
-                  disabled=strategy != "lp-fft")
-    k = c3.number_input("blocks to tune (partial)", 1, 64, 1, key="f_tune_blocks", disabled=strategy != "partial")
-    sw = c4.number_input("public steps before DP (continual; -1: automatic)", -1, 100000, -1, key="f_switch",
-                         disabled=strategy != "continual")
-    c5, c6 = st.columns(2)
-    sel = c5.selectbox("rows to train (sparse)", SELECTIONS, key="f_selection", disabled=strategy != "sparse",
-                       help="sparta: private selection epoch; magnitude/random: fixed rows; bias / norm: "
-                            "head + biases / norm layers")
-    s = c6.slider("sparsity s (share of each layer's rows, sparse)", 0.01, 1.0, 0.2, 0.01, key="f_sparsity",
-                  disabled=strategy != "sparse")
-    return {"strategy": strategy, "lp_fraction": p, "tune_blocks": int(k), "switch_step": int(sw),
-            "selection": sel, "sparsity": s}
+    """The strategy and exactly the fields it declares (the others keep their defaults)."""
+    names = list(strategies.names())
+    c1, *rest = st.columns([2, 5])
+    strategy = c1.selectbox("strategy", names, index=names.index("lp-fft"), key="f_strategy",
+                            format_func=lambda n: f"{n} — {strategies.get(n).label}")
+    params = strategies.get(strategy).params
+    boxes = rest[0].columns(len(params)) if params else []
+    return {"strategy": strategy, **{p.name: _param_widget(b, p) for b, p in zip(boxes, params)}}
 
 
 def _model_widgets() -> dict:
@@ -59,25 +63,36 @@ def _model_widgets() -> dict:
     return {"dataset": dataset, "data_dir": data_dir or None, "backbone": backbone, "weights": weights or None}
 
 
-def _training_widgets() -> dict:
-    c = st.columns(8)
-    return {
+LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
+
+
+def _training_widgets(strategy: str) -> dict:
+    """Shared training fields, and the learning rates the strategy declares."""
+    lrs = strategies.get(strategy).lr_fields
+    c = st.columns(6 + len(lrs))
+    out = {
         "epochs": int(c[0].number_input("epochs", 1, 1000, D["epochs"].default, key="f_epochs")),
         "batch_size": int(c[1].number_input("batch size B", 1, 100000, D["batch_size"].default, key="f_batch")),
-        "lr_lp": c[2].number_input("LR (LP)", 1e-5, 100.0, D["lr_lp"].default, format="%.4g", key="f_lr_lp"),
-        "lr_ft": c[3].number_input("LR (FT)", 1e-5, 100.0, D["lr_ft"].default, format="%.4g", key="f_lr_ft"),
-        "clip_norm": c[4].number_input("clip norm C", 1e-4, 1000.0, D["clip_norm"].default, format="%.4g",
-                                       key="f_clip"),
-        "optimizer": c[5].selectbox("optimizer", OPTIMIZERS, key="f_optimizer"),
-        "seed": int(c[6].number_input("seed", 0, 10**6, 0, key="f_seed")),
-        "clipping": c[7].selectbox("clipping", CLIPPINGS, key="f_clipping",
-                                   help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)"),
+        **{f: c[2 + i].number_input(LR_LABELS.get(f, f), 1e-5, 100.0, D[f].default, format="%.4g", key=f"f_{f}")
+           for i, f in enumerate(lrs)},
     }
+    c = c[2 + len(lrs):]
+    out.update({
+        "clip_norm": c[0].number_input("clip norm C", 1e-4, 1000.0, D["clip_norm"].default, format="%.4g",
+                                       key="f_clip"),
+        "optimizer": c[1].selectbox("optimizer", OPTIMIZERS, key="f_optimizer"),
+        "seed": int(c[2].number_input("seed", 0, 10**6, 0, key="f_seed")),
+        "clipping": c[3].selectbox("clipping", CLIPPINGS, key="f_clipping",
+                                   help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)"),
+    })
+    return out
 
 
 def render_run_form() -> tuple[RunConfig | None, dict | None]:
     """Draw the form; return the validated config and its preview, or show an error box."""
-    fields = {**_privacy_widgets(), **_strategy_widgets(), **_model_widgets(), **_training_widgets()}
+    privacy = _privacy_widgets()
+    strategy = _strategy_widgets()
+    fields = {**privacy, **strategy, **_model_widgets(), **_training_widgets(strategy["strategy"])}
     try:
         cfg = RunConfig(**fields)
         prev = _preview(cfg.to_json())
@@ -95,12 +110,8 @@ def preview_total(cfg: RunConfig) -> int:
 
 def render_preview(cfg: RunConfig, prev: dict) -> None:
     """What the budget implies, before launch."""
-    phases = " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"])
-    if cfg.strategy == "sparse":
-        phases += f" (s = {cfg.sparsity:g} of each layer's rows, {cfg.selection})"
-    if cfg.strategy == "continual":
-        public = "automatic switch" if cfg.switch_step < 0 else f"{cfg.switch_step} steps"
-        phases = f"public ({cfg.public_dataset}, no DP, not counted in ε) {public} → {phases}"
+    phases = strategies.get(cfg.strategy).describe(
+        cfg, " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"]))
     if cfg.private:
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "

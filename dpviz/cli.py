@@ -28,11 +28,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config_flags(p: argparse.ArgumentParser, skip=()) -> None:
+    """Every RunConfig field as a flag: shared ones in one group, each strategy's own in its group."""
+    from . import strategies
+
     g = p.add_argument_group("run configuration (see RunConfig)")
+    groups = {f: (cls, prm) for cls in strategies.REGISTRY.values() for prm in cls.params for f in [prm.name]}
+    owned: dict[str, argparse._ArgumentGroup] = {}
     for f in fields(RunConfig):
-        if f.name not in skip:
-            g.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V",
-                           help=f"default: {f.default}")
+        if f.name in skip:
+            continue
+        helptext = f"default: {f.default}"
+        if f.name == "strategy":
+            helptext = f"one of {', '.join(strategies.names())} (see `strategies`); {helptext}"
+        box = g
+        if f.name in groups:
+            cls, prm = groups[f.name]
+            box = owned.setdefault(cls.name, p.add_argument_group(f"strategy {cls.name} ({cls.label})"))
+            helptext = f"{prm.help}; {helptext}" if prm.help else helptext
+        box.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V", help=helptext)
     g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
 
 
@@ -97,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--batch-sizes", type=int, nargs="+", required=True)
     ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv"])
     ac.add_argument("--json", action="store_true")
+    st = sub.add_parser("strategies", help="the registered strategies: their fields, learning rates and phases")
+    st.add_argument("--json", action="store_true")
     fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
     fe.add_argument("run_id")
     fe.add_argument("--step", type=int, default=None)
@@ -321,12 +336,28 @@ def cmd_features(args) -> int:
     return 0
 
 
+def cmd_strategies(args) -> int:
+    from . import strategies
+
+    rows = [{"name": c.name, "label": c.label, "fields": list(c.fields()), "lr_fields": list(c.lr_fields),
+             "color": c.color, "min_epochs": c.min_epochs, "grad_sample_modes": list(c.grad_sample_modes),
+             "doc": (sys.modules[c.__module__].__doc__ or "").strip().split("\n")[0]}
+            for c in strategies.REGISTRY.values()]
+    if args.json:
+        print(_dump(rows))
+        return 0
+    for r in rows:
+        own = ", ".join("--" + f.replace("_", "-") for f in r["fields"] + r["lr_fields"])
+        print(f"{r['name']:<10} {r['label']}  [{own}]\n{'':<10} {r['doc']}")
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
-                "tune": cmd_tune, "accountants": cmd_accountants}
+                "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

@@ -25,9 +25,9 @@ class Cancelled(Exception):
     """Raised inside a run when its job is cancelled."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
-    """A validated run, ready to train."""
+    """A validated run, ready to train (fields by keyword only: it carries q)."""
 
     cfg: RunConfig
     bundle: data.Bundle
@@ -61,8 +61,9 @@ def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.P
     if cfg.batch_size > n:
         raise ConfigError("batch_size", f"must be <= the training-set size n = {n}", cfg.batch_size)
     q = cfg.batch_size / n
-    total = cfg.epochs * max(1, round(n / cfg.batch_size))
-    return strategies.plan(cfg, total_steps=total, num_blocks=num_blocks), q
+    per_epoch = max(1, round(n / cfg.batch_size))
+    return strategies.plan(cfg, total_steps=cfg.epochs * per_epoch, steps_per_epoch=per_epoch,
+                           num_blocks=num_blocks), q
 
 
 def _check_delta(cfg: RunConfig, bundle: data.Bundle) -> None:
@@ -75,14 +76,16 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, li
     """Plans, phases with the calibrated σ, and q for a training set of size n."""
     plans, q = schedule(cfg, n, num_blocks)
     # only private phases enter the accountant: a public phase touches no private record
-    phases = [Phase(p.name, p.steps, 0.0, q, cfg.clip_norm) for p in plans if not p.public]
+    phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q, clip_norm=cfg.clip_norm)
+              for p in plans if not p.public]
     if cfg.private:
         try:
             sigma = accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta,
                                                phases=phases, accountant=cfg.accountant)
         except ValueError as e:
             raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
-        phases = [Phase(p.name, p.steps, sigma, q, cfg.clip_norm) for p in phases]
+        phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=sigma, sample_rate=q, clip_norm=cfg.clip_norm)
+                  for p in phases]
     return plans, phases, q
 
 
@@ -96,7 +99,8 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
     torch.manual_seed(cfg.seed)  # the head's random initialisation
     model = models.Classifier(backbone, bundle.num_classes)
     public = load_public(cfg, bundle) if any(p.public for p in plans) else None
-    prep = Prepared(cfg, bundle, model, plans, phases, q, device, public=public)
+    prep = Prepared(cfg=cfg, bundle=bundle, model=model, plans=plans, phases=phases, sample_rate=q, device=device,
+                    public=public)
     if with_curve and cfg.private:
         prep.eps_curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
     return prep
@@ -132,8 +136,8 @@ def preview(cfg: RunConfig) -> dict:
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:
-    """Freeze everything but the parameters a phase trains ("select"/"mask": see the trainer)."""
-    model.requires_grad_(trainable in ("all", "select", "mask"))
+    """Freeze everything but what ``trainable`` names: "head", "last:k" (last k blocks + head) or "all"."""
+    model.requires_grad_(trainable == "all")
     model.head.requires_grad_(True)
     if trainable.startswith("last:"):
         k = int(trainable.split(":")[1])

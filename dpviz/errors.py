@@ -29,4 +29,12 @@ class BackboneError(DpvizError):
 
 
 class StoreError(DpvizError):
-    """A run could not be found in the store."""
+    """A run or artifact could not be found in the store, or is of another kind or a newer schema."""
+
+
+def load_failure(e: Exception) -> str:
+    """First sentence of a file-loading error, on one line (``torch.load``'s messages run long)."""
+    msg, marker = str(e), "WeightsUnpickler error:"
+    if marker in msg:  # skip torch's advice, keep what the weights_only unpickler refused
+        msg = "weights_only unpickler: " + msg.split(marker, 1)[1].strip().split("\n\n")[0]
+    return " ".join(msg.split()).split(". ")[0][:160] or type(e).__name__

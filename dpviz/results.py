@@ -162,8 +162,7 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
 
 def sparse_mask(store: Store, run_id: str) -> dict | None:
     """The recorded mask of a sparse run: {step, selection, sparsity, mask, rows_per_layer}, or None."""
-    path = store.run_dir(run_id) / "mask.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return store.load_mask(run_id)
 
 
 def step_time_ms(store: Store, run_id: str, phase: str | None = None) -> float | None:

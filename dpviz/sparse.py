@@ -34,9 +34,7 @@ from torch import nn
 from .models.vit import ClsPos
 from .privacy.bk import RowDelta  # noqa: F401  (re-exported: the masked layer)
 
-SELECTIONS = ("sparta", "magnitude", "random", "bias", "norm")
-ROW_SELECTIONS = ("sparta", "magnitude", "random")
-HEAD_FRACTION = 0.2  # share of epochs on the head first (10 of 50 in the reference runs)
+from .strategies.sparse import HEAD_FRACTION, ROW_SELECTIONS, SELECTIONS  # noqa: F401  (the schedule's constants)
 
 
 def row_layers(backbone: nn.Module) -> dict[str, nn.Module]:
@@ -125,6 +123,19 @@ def magnitude_mask(backbone: nn.Module, sparsity: float) -> dict[str, list[int]]
     """Top-s rows by the norm of the public pretrained weights."""
     return select_rows({n: m.weight.detach().reshape(m.weight.shape[0], -1).norm(dim=1)
                         for n, m in row_layers(backbone).items()}, sparsity)
+
+
+def choose_mask(backbone: nn.Module, selection: str, sparsity: float, *, scores=None, seed: int = 0
+                ) -> dict[str, list[int]]:
+    """Layer name → rows to train: from the selection epoch's ``scores`` (sparta), the public weights
+    (magnitude), at random, or none (bias / norm train no weight rows)."""
+    if selection == "sparta":
+        return select_rows(scores, sparsity)
+    if selection == "magnitude":  # the backbone still holds the public weights W₀ here
+        return magnitude_mask(backbone, sparsity)
+    if selection == "random":
+        return random_mask(backbone, sparsity, seed)
+    return {}
 
 
 def random_mask(backbone: nn.Module, sparsity: float, seed: int) -> dict[str, list[int]]:

@@ -3,9 +3,13 @@
 Layout under the cache folder (``cache/`` by default, moved with
 ``--cache-dir`` or ``DPVIZ_CACHE_DIR``)::
 
-    runs.sqlite            runs, metrics (long format), events
-    runs/<run_id>/         features/step_XXXXXX.npz, model.pt (written atomically)
+    runs.sqlite            runs, metrics (long format), events, cached analysis results
+    runs/<run_id>/         features/step_XXXXXX.npz, weights/step_XXXXXX.pt, model.pt, mask.json
     backbones/             pretrained public backbones
+
+Every artifact is written (atomically) and read through a `Store` method, stamped
+with its kind and schema version; `dpviz.artifacts` has the formats and how
+files from before the stamps are read.
 
 Every call opens its own short-lived connection, so threads and processes can
 write at once; WAL plus a busy timeout turns contention into waiting, not
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import artifacts
 from .errors import StoreError
 
 SCHEMA = """
@@ -95,6 +100,7 @@ class Store:
             with self._conn() as c:
                 c.execute("PRAGMA journal_mode=WAL")
                 c.executescript(SCHEMA)
+                _migrate(c)
             self.recover()
 
     @contextmanager
@@ -198,22 +204,36 @@ class Store:
 
     # --- cached analysis results ------------------------------------------
     def put_analysis(self, run_id: str, step: int, name: str, params_json: str, result: dict) -> None:
-        self._tx("INSERT OR REPLACE INTO analyses VALUES (?,?,?,?,?,?)",
-                 (run_id, step, name, params_json, json.dumps(result), time.time()))
+        """Store one analysis result (a JSON-ready dict) with its kind and schema version."""
+        self._tx("INSERT OR REPLACE INTO analyses(run_id, step, name, params_json, result_json, created, kind, "
+                 "schema_version) VALUES (?,?,?,?,?,?,?,?)",
+                 (run_id, step, name, params_json, json.dumps(result), time.time(), "analysis",
+                  artifacts.VERSIONS["analysis"]))
 
     def get_analysis(self, run_id: str, step: int, name: str, params_json: str) -> dict | None:
+        """The stored result, or None; a row of another kind or a newer schema raises `StoreError`."""
         with self._conn() as c:
-            row = c.execute("SELECT result_json FROM analyses WHERE run_id=? AND step=? AND name=? AND params_json=?",
+            row = c.execute("SELECT result_json, kind, schema_version FROM analyses "
+                            "WHERE run_id=? AND step=? AND name=? AND params_json=?",
                             (run_id, step, name, params_json)).fetchone()
-        return json.loads(row[0]) if row else None
+        if row is None:
+            return None
+        if row["kind"] is not None or row["schema_version"] is not None:  # both NULL: a row from before schema 1
+            artifacts.check(f"analysis {name} of run {run_id} at step {step}", "analysis", row["kind"],
+                            row["schema_version"] or 0)
+        return json.loads(row["result_json"])
 
     # --- artifacts ----------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
 
+    def _file(self, run_id: str, *parts: str) -> Path:
+        return self.run_dir(run_id).joinpath(*parts)
+
     def save_features(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> Path:
-        path = self.run_dir(run_id) / "features" / f"step_{step:06d}.npz"
-        write_atomic(path, lambda p: np.savez(open(p, "wb"), **arrays))
+        """The arrays of a feature checkpoint (per-layer features, labels), stamped as features."""
+        path = self._file(run_id, "features", f"step_{step:06d}.npz")
+        write_atomic(path, lambda p: artifacts.write_npz(p, "features", arrays))
         return path
 
     def feature_steps(self, run_id: str) -> list[int]:
@@ -221,30 +241,60 @@ class Store:
         return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.exists() else []
 
     def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
-        path = self.run_dir(run_id) / "features" / f"step_{step:06d}.npz"
+        """Exactly the arrays `save_features` was given (old unstamped files read as they are)."""
+        path = self._file(run_id, "features", f"step_{step:06d}.npz")
         if not path.exists():
             raise StoreError(f"step: run {run_id} has no features at step {step} "
                              f"(has {self.feature_steps(run_id)})")
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-
+        return artifacts.read_npz(path, "features")
 
     def save_weights(self, run_id: str, step: int, state: dict) -> Path:
         """The model's state dict at a checkpoint (curvature analyses reload it)."""
-        import torch
-
-        path = self.run_dir(run_id) / "weights" / f"step_{step:06d}.pt"
-        write_atomic(path, lambda p: torch.save({k: v.detach().cpu() for k, v in state.items()}, p))
+        path = self._file(run_id, "weights", f"step_{step:06d}.pt")
+        state = {k: v.detach().cpu() for k, v in state.items()}
+        write_atomic(path, lambda p: artifacts.write_pt(p, "weights", {"state_dict": state}))
         return path
 
     def load_weights(self, run_id: str, step: int) -> dict:
-        import torch
-
-        path = self.run_dir(run_id) / "weights" / f"step_{step:06d}.pt"
+        """The state dict saved at ``step`` (old bare state dicts read as they are)."""
+        path = self._file(run_id, "weights", f"step_{step:06d}.pt")
         if not path.exists():
             raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
                              f"curvature analyses existed keep features only)")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return artifacts.read_pt(path, "weights")["state_dict"]
+
+    def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
+        """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
+        path = self._file(run_id, "model.pt")
+        state = {k: v.detach().cpu() for k, v in state_dict.items()}
+        write_atomic(path, lambda p: artifacts.write_pt(p, "model", {"state_dict": state, "config": config}))
+        return path
+
+    def load_model(self, run_id: str) -> dict:
+        """{"state_dict": ..., "config": ...} of the run's final model."""
+        path = self._file(run_id, "model.pt")
+        if not path.exists():
+            raise StoreError(f"run_id: run {run_id} has no final model (it has not finished, or is not stored)")
+        return artifacts.read_pt(path, "model")
+
+    def save_mask(self, run_id: str, doc: dict) -> Path:
+        """A sparse run's mask document ({step, selection, sparsity, mask, rows_per_layer})."""
+        path = self._file(run_id, "mask.json")
+        write_atomic(path, lambda p: artifacts.write_json(p, "mask", doc))
+        return path
+
+    def load_mask(self, run_id: str) -> dict | None:
+        """The document `save_mask` was given, or None when the run has no mask."""
+        path = self._file(run_id, "mask.json")
+        return artifacts.read_json(path, "mask", old_keys=("mask",)) if path.exists() else None
+
+
+def _migrate(c: sqlite3.Connection) -> None:
+    """Add the columns later schemas introduced to a store created before them; old rows keep NULL."""
+    have = {r[1] for r in c.execute("PRAGMA table_info(analyses)")}
+    for col, typ in (("kind", "TEXT"), ("schema_version", "INTEGER")):
+        if col not in have:
+            c.execute(f"ALTER TABLE analyses ADD COLUMN {col} {typ}")
 
 
 def _row(row: sqlite3.Row) -> dict:

@@ -1,5 +1,6 @@
 """Calibration never overshoots, and ε agrees with Opacus's own accountants."""
 
+import dataclasses
 import math
 
 import pytest
@@ -11,9 +12,13 @@ from dpviz.privacy.accounting import Phase, calibrate_sigma, epsilon, epsilon_cu
 Q = 256 / 1437
 
 
+def phase(name: str, steps: int, *, sigma: float = 0.0, q: float = Q) -> Phase:
+    return Phase(name=name, steps=steps, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0)
+
+
 def schedule(split):
     """Phases of the strategies: one phase, or LP then FFT."""
-    return [Phase(n, s, 0.0, Q, 1.0) for n, s in split]
+    return [phase(n, s) for n, s in split]
 
 
 SCHEDULES = {"lp": [("lp", 60)], "fft": [("fft", 60)], "lp-fft": [("lp", 18), ("fft", 42)],
@@ -26,7 +31,7 @@ SCHEDULES = {"lp": [("lp", 60)], "fft": [("fft", 60)], "lp-fft": [("lp", 18), ("
 def test_calibrated_sigma_spends_at_most_target(accountant, strategy, target):
     ph = schedule(SCHEDULES[strategy])
     sigma = calibrate_sigma(target_epsilon=target, delta=1e-5, phases=ph, accountant=accountant)
-    final = [Phase(p.name, p.steps, sigma, p.sample_rate, p.clip_norm) for p in ph]
+    final = [dataclasses.replace(p, noise_multiplier=sigma) for p in ph]
     eps = epsilon(phases=final, delta=1e-5, accountant=accountant)
     assert eps <= target
     assert eps >= 0.98 * target  # not wastefully loose
@@ -54,7 +59,7 @@ def test_more_steps_or_smaller_budget_need_more_noise():
 
 @pytest.mark.parametrize("accountant", ["prv", "rdp"])
 def test_epsilon_curve_is_monotone_upper_bound(accountant):
-    ph = [Phase("lp", 12, 3.0, Q, 1.0), Phase("fft", 28, 3.0, Q, 1.0)]
+    ph = [phase("lp", 12, sigma=3.0), phase("fft", 28, sigma=3.0)]
     curve = epsilon_curve(phases=ph, delta=1e-5, accountant=accountant, points=8)
     vals = [curve[t] for t in sorted(curve)]
     assert vals == sorted(vals)
@@ -65,18 +70,18 @@ def test_epsilon_curve_is_monotone_upper_bound(accountant):
 
 
 def test_no_noise_is_infinite_and_no_steps_is_zero():
-    assert math.isinf(epsilon(phases=[Phase("fft", 5, 0.0, Q, 1.0)], delta=1e-5))
+    assert math.isinf(epsilon(phases=[phase("fft", 5)], delta=1e-5))
     assert epsilon(phases=[], delta=1e-5) == 0.0
     assert calibrate_sigma(target_epsilon=math.inf, delta=1e-5, phases=schedule([("fft", 5)])) == 0.0
 
 
 def test_gdp_composes_phases_instead_of_reading_the_last_one():
-    two = [Phase("lp", 30, 2.0, Q, 1.0), Phase("fft", 30, 2.0, Q, 1.0)]
-    one = [Phase("all", 60, 2.0, Q, 1.0)]
+    two = [phase("lp", 30, sigma=2.0), phase("fft", 30, sigma=2.0)]
+    one = [phase("all", 60, sigma=2.0)]
     assert epsilon(phases=two, delta=1e-5, accountant="gdp") == epsilon(phases=one, delta=1e-5, accountant="gdp")
     assert epsilon(phases=two, delta=1e-5, accountant="gdp") > epsilon(phases=two[1:], delta=1e-5, accountant="gdp")
     with pytest.raises(ValueError, match="gdp"):
-        epsilon(phases=[two[0], Phase("fft", 30, 3.0, Q, 1.0)], delta=1e-5, accountant="gdp")
+        epsilon(phases=[two[0], phase("fft", 30, sigma=3.0)], delta=1e-5, accountant="gdp")
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "gdp", "prv"])
@@ -90,7 +95,26 @@ def test_sigma_by_batch_size_agrees_with_opacus_get_noise_multiplier(accountant)
                                    steps=r["steps"], accountant=accountant, epsilon_tolerance=0.005)
         assert r["noise_multiplier"] == pytest.approx(ref, rel=0.02)
         assert r["steps"] == 5 * round(1437 / r["batch_size"])
-        spent = epsilon(phases=[Phase("dp", r["steps"], r["noise_multiplier"], r["sample_rate"], 1.0)],
+        spent = epsilon(phases=[phase("dp", r["steps"], sigma=r["noise_multiplier"], q=r["sample_rate"])],
                         delta=1e-5, accountant=accountant)
         assert spent <= 2.0 + 1e-9
     assert [r["noise_multiplier"] for r in rows] == sorted(r["noise_multiplier"] for r in rows)  # σ grows with B
+
+
+def test_phase_takes_sigma_q_and_c_by_keyword_only():
+    with pytest.raises(TypeError):
+        Phase("fft", 10, 1.0, Q, 1.0)  # positional σ, q and C could be swapped silently
+    p = Phase(name="fft", steps=10, noise_multiplier=1.0, sample_rate=Q, clip_norm=1.0)
+    assert truncate([p], 4) == [dataclasses.replace(p, steps=4)]
+
+
+@pytest.mark.parametrize("path", ["dpviz.analyses.hessian:Checkpoint", "dpviz.analyses.hessian:HessianResult",
+                                  "dpviz.privacy.dpsgd:StepStats", "dpviz.engine:Prepared"])
+def test_dataclasses_carrying_sigma_q_c_or_b_are_keyword_only(path):
+    import importlib
+
+    module, name = path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert all(f.kw_only for f in dataclasses.fields(cls))
+    with pytest.raises(TypeError):
+        cls(*range(len(dataclasses.fields(cls))))

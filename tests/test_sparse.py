@@ -103,7 +103,7 @@ def test_selection_sees_private_data_only_through_the_noisy_releases(cache_dir, 
         return real_scores(v)
 
     monkeypatch.setattr(trainer.dpsgd, "private_step", recording_step)
-    monkeypatch.setattr(trainer.sparse, "row_scores", recording_scores)
+    monkeypatch.setattr(sparse, "row_scores", recording_scores)  # read through the module at the call
     s = dpviz.run(RunConfig(**FAST, epsilon=2.0), cache_dir=cache_dir)
     head, sel = s["phases"][0]["steps"], s["phases"][1]["steps"]
     releases = released[head:head + sel]  # the selection epoch's releases

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -11,7 +12,10 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
+from dpviz.artifacts import VERSIONS
+from dpviz.errors import StoreError
 from dpviz.store import Store
 
 
@@ -119,3 +123,153 @@ def test_processes_opening_a_new_store_at_once(tmp_path):
                 f.unlink()
     with sqlite3.connect(Store(tmp_path).db) as c:
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# --- artifacts: kind and schema stamps, old stores ---------------------------------------------------
+
+def _one_line_error(call, *parts):
+    """``call()`` raises a one-line StoreError that names each of ``parts``."""
+    with pytest.raises(StoreError) as e:
+        call()
+    msg = str(e.value)
+    assert "\n" not in msg and all(str(p) in msg for p in parts), msg
+    return msg
+
+
+def _state():
+    return {"fc.weight": torch.arange(6.0).reshape(2, 3), "fc.bias": torch.tensor([0.5, -1.0])}
+
+
+def _same_state(a, b):
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_every_artifact_round_trips_with_its_kind(tmp_path):
+    s = Store(tmp_path)
+    rid = s.create_run("c" * 16, "{}")
+    arrays = {"layer_0": np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32), "labels": np.arange(4)}
+    s.save_features(rid, 3, arrays)
+    back = s.load_features(rid, 3)
+    assert back.keys() == arrays.keys() and all(np.array_equal(back[k], arrays[k]) for k in arrays)
+    assert s.feature_steps(rid) == [3]
+    s.save_weights(rid, 3, _state())
+    _same_state(s.load_weights(rid, 3), _state())
+    config = {"strategy": "fft", "epsilon": float("inf"), "batch_size": 256}
+    s.save_model(rid, _state(), config)
+    model = s.load_model(rid)
+    assert model.keys() == {"state_dict", "config"} and model["config"] == config
+    _same_state(model["state_dict"], _state())
+    assert torch.load(s.run_dir(rid) / "model.pt", weights_only=True)["state_dict"].keys() == _state().keys()
+    assert s.load_mask(rid) is None
+    doc = {"step": 4, "selection": "sparta", "sparsity": 0.2, "mask": {"fc": [0]}, "rows_per_layer": {"fc": 2}}
+    s.save_mask(rid, doc)
+    assert s.load_mask(rid) == doc
+    s.put_analysis(rid, 3, "knn", '{"k": 5}', {"accuracy": 0.75})
+    assert s.get_analysis(rid, 3, "knn", '{"k": 5}') == {"accuracy": 0.75}
+    assert s.get_analysis(rid, 3, "knn", '{"k": 7}') is None
+    assert list(s.run_dir(rid).rglob("*.tmp")) == []
+    with pytest.raises(ValueError, match="__kind__"):
+        s.save_features(rid, 5, {"__kind__": np.zeros(1)})
+    _one_line_error(lambda: s.load_model("nope-000000"), "nope-000000")
+
+
+def test_an_artifact_of_another_kind_is_a_one_line_error(tmp_path):
+    s = Store(tmp_path)
+    rid = s.create_run("d" * 16, "{}")
+    weights = s.save_weights(rid, 0, _state())
+    model = s.run_dir(rid) / "model.pt"
+    shutil.copy(weights, model)  # a checkpoint where the final model should be
+    _one_line_error(lambda: s.load_model(rid), model, "holds weights", "expected model")
+    s.save_model(rid, _state(), {"a": 1})
+    shutil.copy(model, weights)
+    _one_line_error(lambda: s.load_weights(rid, 0), weights, "holds model", "expected weights")
+    torch.save(_state(), model)  # an unstamped (old-format) state dict is weights, not a model
+    _one_line_error(lambda: s.load_model(rid), model, "holds weights", "expected model")
+    model.write_text("not a torch file")
+    _one_line_error(lambda: s.load_model(rid), model, "cannot be read as model")
+    mask = s.save_mask(rid, {"mask": {}})
+    mask.write_text(json.dumps({"__kind__": "features", "__schema__": 1, "mask": {}}))
+    _one_line_error(lambda: s.load_mask(rid), mask, "holds features", "expected mask")
+    mask.write_text(json.dumps({"something": "else"}))
+    _one_line_error(lambda: s.load_mask(rid), mask, "expected mask")
+    feats = s.save_features(rid, 0, {"labels": np.arange(3)})
+    np.savez(feats, labels=np.arange(3), __kind__=np.asarray("weights"), __schema__=np.asarray(1))
+    _one_line_error(lambda: s.load_features(rid, 0), feats, "holds weights", "expected features")
+    s.put_analysis(rid, 0, "knn", "{}", {"accuracy": 1.0})
+    with sqlite3.connect(s.db) as c:
+        c.execute("UPDATE analyses SET kind='mask'")
+    _one_line_error(lambda: s.get_analysis(rid, 0, "knn", "{}"), "analysis knn", rid, "holds mask", "expected analysis")
+
+
+def test_an_artifact_from_a_newer_schema_is_a_one_line_error(tmp_path):
+    s = Store(tmp_path)
+    rid = s.create_run("e" * 16, "{}")
+    newer = {k: v + 1 for k, v in VERSIONS.items()}
+    feats = s.save_features(rid, 0, {"labels": np.arange(3)})
+    np.savez(feats, labels=np.arange(3), __kind__=np.asarray("features"), __schema__=np.asarray(newer["features"]))
+    _one_line_error(lambda: s.load_features(rid, 0), feats, f"schema {newer['features']}", "upgrade dpviz")
+    weights = s.save_weights(rid, 0, _state())
+    torch.save({"__kind__": "weights", "__schema__": newer["weights"], "state_dict": _state()}, weights)
+    _one_line_error(lambda: s.load_weights(rid, 0), weights, f"weights written by schema {newer['weights']}")
+    model = s.save_model(rid, _state(), {})
+    torch.save({"__kind__": "model", "__schema__": newer["model"], "state_dict": _state(), "config": {}}, model)
+    _one_line_error(lambda: s.load_model(rid), model, f"model written by schema {newer['model']}")
+    mask = s.save_mask(rid, {"mask": {}})
+    mask.write_text(json.dumps({"__kind__": "mask", "__schema__": newer["mask"], "mask": {}}))
+    _one_line_error(lambda: s.load_mask(rid), mask, f"mask written by schema {newer['mask']}")
+    s.put_analysis(rid, 0, "knn", "{}", {"accuracy": 1.0})
+    with sqlite3.connect(s.db) as c:
+        c.execute("UPDATE analyses SET schema_version=?", (newer["analysis"],))
+    _one_line_error(lambda: s.get_analysis(rid, 0, "knn", "{}"), "analysis knn", f"schema {newer['analysis']}")
+
+
+# The tables exactly as stores before artifact stamps created them.
+OLD_SCHEMA = """
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY, config_hash TEXT NOT NULL, config_json TEXT NOT NULL,
+  status TEXT NOT NULL, created REAL, started REAL, finished REAL, owner TEXT,
+  step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT);
+CREATE INDEX runs_hash ON runs(config_hash, status);
+CREATE TABLE metrics (
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
+  PRIMARY KEY (run_id, name, step)) WITHOUT ROWID;
+CREATE TABLE events (
+  run_id TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT);
+CREATE INDEX events_run ON events(run_id, time);
+CREATE TABLE analyses (
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, params_json TEXT NOT NULL,
+  result_json TEXT NOT NULL, created REAL, PRIMARY KEY (run_id, step, name, params_json)) WITHOUT ROWID;
+"""
+
+
+def test_a_store_written_before_artifact_stamps_still_opens_and_reads(tmp_path):
+    rid, run = "0123abcd-a1b2c3", tmp_path / "runs" / "0123abcd-a1b2c3"
+    with sqlite3.connect(tmp_path / "runs.sqlite") as c:  # the old code's tables and rows
+        c.executescript(OLD_SCHEMA)
+        c.execute("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner) VALUES (?,?,?,?,?,?)",
+                  (rid, "0123abcd" * 2, '{"strategy": "sparse"}', "finished", 1.0, "h:1:1"))
+        c.execute("INSERT OR REPLACE INTO analyses VALUES (?,?,?,?,?,?)",
+                  (rid, 4, "knn", '{"k": 5}', json.dumps({"accuracy": 0.5}), 2.0))
+    # the old code's files, written as it wrote them
+    arrays = {"layer_0": np.ones((2, 3), np.float32), "labels": np.array([0, 1])}
+    (run / "features").mkdir(parents=True)
+    np.savez(open(run / "features" / "step_000004.npz", "wb"), **arrays)
+    (run / "weights").mkdir()
+    torch.save({k: v.detach().cpu() for k, v in _state().items()}, run / "weights" / "step_000004.pt")
+    torch.save({"state_dict": _state(), "config": {"strategy": "sparse", "epsilon": 1.0}}, run / "model.pt")
+    doc = {"step": 4, "selection": "sparta", "sparsity": 0.2, "mask": {"fc": [1]}, "rows_per_layer": {"fc": 2}}
+    open(run / "mask.json", "w").write(json.dumps(doc))
+
+    s = Store(tmp_path)
+    assert s.get_run(rid)["status"] == "finished"
+    back = s.load_features(rid, 4)
+    assert back.keys() == arrays.keys() and all(np.array_equal(back[k], arrays[k]) for k in arrays)
+    _same_state(s.load_weights(rid, 4), _state())
+    model = s.load_model(rid)
+    assert model["config"] == {"strategy": "sparse", "epsilon": 1.0}
+    _same_state(model["state_dict"], _state())
+    assert s.load_mask(rid) == doc
+    assert s.get_analysis(rid, 4, "knn", '{"k": 5}') == {"accuracy": 0.5}
+    s.put_analysis(rid, 8, "knn", '{"k": 5}', {"accuracy": 0.6})  # new rows beside old ones
+    assert Store(tmp_path).get_analysis(rid, 8, "knn", '{"k": 5}') == {"accuracy": 0.6}
+    assert s.get_analysis(rid, 4, "knn", '{"k": 5}') == {"accuracy": 0.5}

@@ -22,9 +22,9 @@ from ..privacy.bk import clip_factors
 from . import register
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Checkpoint:
-    """What a model analysis needs.
+    """What a model analysis needs (fields by keyword only: σ, B and C must not be swapped).
 
     Attributes:
         model: the classifier with the step's weights.
@@ -44,8 +44,10 @@ class Checkpoint:
     clipping: str = "abadi"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HessianResult:
+    """What `hessian` returns; ``decelerator`` carries the σ, B and C it used (fields by keyword only)."""
+
     trace: float
     stderr: float
     probes: int
@@ -94,10 +96,12 @@ def hessian(ck: Checkpoint, *, batch: int, rtol: float, max_probes: int, min_pro
                                     clip_norm=ck.clip_norm, clip_factor_mean=c)
     dec = {"value": t["terms"]["decelerator"], "noise_multiplier": ck.noise_multiplier,
            "batch_size": ck.batch_size, "clip_norm": ck.clip_norm, "clip_factor": c, "clipping": ck.clipping}
-    return HessianResult(tr.value, tr.stderr, tr.samples,
-                         {k: {"trace": e.value, "stderr": e.stderr} for k, e in blocks.items()},
-                         gtg, gthg, ths.value, ths.stderr, c, dec, t["terms"], t["dominant"], t["lr_star"],
-                         t["improvement_star"], ck.trainable, sum(p.numel() for p in params), len(y))
+    return HessianResult(trace=tr.value, stderr=tr.stderr, probes=tr.samples,
+                         blocks={k: {"trace": e.value, "stderr": e.stderr} for k, e in blocks.items()},
+                         gtg=gtg, gthg=gthg, tr_h_sigma=ths.value, tr_h_sigma_stderr=ths.stderr, clip_factor=c,
+                         decelerator=dec, terms=t["terms"], dominant=t["dominant"], lr_star=t["lr_star"],
+                         improvement_star=t["improvement_star"], parameters=ck.trainable,
+                         n_parameters=sum(p.numel() for p in params), batch=len(y))
 
 
 def predict_batch_size(result: dict, *, epsilon: float, delta: float, epochs: int, n: int, batch_sizes,

@@ -99,8 +99,9 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     idx = torch.randperm(b.n, generator=torch.Generator().manual_seed(0))[:batch]  # fixed, seed-independent
     # one σ for every private phase; in a public or LP phase the decelerator is the one DP would impose
     sigma = prep.phases[0].noise_multiplier if cfg.private and prep.phases else 0.0
-    return Checkpoint(model, b.x_train[idx].to(prep.device), b.y_train[idx].to(prep.device),
-                      plan_at(prep.plans, step).trainable, sigma, cfg.batch_size, cfg.clip_norm, cfg.clipping)
+    return Checkpoint(model=model, x=b.x_train[idx].to(prep.device), y=b.y_train[idx].to(prep.device),
+                      trainable=plan_at(prep.plans, step).trainable, noise_multiplier=sigma,
+                      batch_size=cfg.batch_size, clip_norm=cfg.clip_norm, clipping=cfg.clipping)
 
 
 def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], reference: list, step: int) -> dict:

@@ -32,7 +32,7 @@ from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import BackboneError, ConfigError
+from ..errors import BackboneError, ConfigError, load_failure
 from . import register
 from .vit import ClsPos, ClsTokenFeatures
 
@@ -51,14 +51,6 @@ def _to_rgb(x: torch.Tensor) -> torch.Tensor:
     return x.repeat(1, 3, 1, 1) if x.shape[1] == 1 else x
 
 
-def _load_failure(e: Exception) -> str:
-    """First sentence of a torch.load error, on one line (its messages run long)."""
-    msg, marker = str(e), "WeightsUnpickler error:"
-    if marker in msg:  # skip torch's advice, keep what the weights_only unpickler refused
-        msg = "weights_only unpickler: " + msg.split(marker, 1)[1].strip().split("\n\n")[0]
-    return " ".join(msg.split()).split(". ")[0][:160] or type(e).__name__
-
-
 def read_state_dict(path) -> dict[str, torch.Tensor]:
     """Read a backbone state_dict from a local file, without its head keys.
 
@@ -70,7 +62,7 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt, truncated, or refused by weights_only
-        raise ConfigError("weights", f"a readable torch weights file ({_load_failure(e)})", str(path)) from None
+        raise ConfigError("weights", f"a readable torch weights file ({load_failure(e)})", str(path)) from None
     if isinstance(obj, dict):
         obj = obj.get("state_dict", obj.get("model", obj))
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):

@@ -8,7 +8,7 @@ Nothing here holds state; `tracker.PrivacyTracker` is the thin stateful part.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from opacus.accountants import create_accountant
@@ -16,9 +16,9 @@ from opacus.accountants import create_accountant
 MAX_SIGMA = 1e4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Phase:
-    """One stage of DP-SGD with a fixed noise multiplier and sampling rate.
+    """One stage of DP-SGD with a fixed noise multiplier and sampling rate (fields by keyword only).
 
     Attributes:
         name: lp, fft, partial, …
@@ -77,7 +77,7 @@ def _merge(history: list[tuple]) -> list[tuple]:
 
 
 def _with_sigma(phases: list[Phase], sigma: float) -> list[Phase]:
-    return [Phase(p.name, p.steps, sigma, p.sample_rate, p.clip_norm) for p in phases]
+    return [replace(p, noise_multiplier=sigma) for p in phases]
 
 
 def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
@@ -151,7 +151,7 @@ def truncate(phases: list[Phase], steps: int) -> list[Phase]:
     for p in phases:
         k = min(p.steps, left)
         if k > 0:
-            out.append(Phase(p.name, k, p.noise_multiplier, p.sample_rate, p.clip_norm))
+            out.append(replace(p, steps=k))
         left -= k
     return out
 
@@ -205,8 +205,8 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
             if not 0 < B <= dataset_size:
                 raise ValueError(f"batch_sizes: each must be in [1, dataset_size = {dataset_size}]; got {B}")
             q, T = B / dataset_size, steps_for(epochs=epochs, dataset_size=dataset_size, batch_size=B)
-            s = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc,
-                                phases=[Phase("dp", T, 0.0, q, 1.0)])
+            dp = Phase(name="dp", steps=T, noise_multiplier=0.0, sample_rate=q, clip_norm=1.0)
+            s = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc, phases=[dp])
             rows.append({"accountant": acc, "batch_size": int(B), "noise_multiplier": s, "sample_rate": q,
                          "steps": T, "sigma2_over_b": s * s / B})
     return rows

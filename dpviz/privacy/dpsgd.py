@@ -18,9 +18,9 @@ from torch import nn
 from . import bk
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepStats:
-    """What one step reports. Norm statistics are None for non-private steps."""
+    """What one step reports (fields by keyword only). Norm statistics are None for non-private steps."""
 
     loss: float
     train_accuracy: float
@@ -130,7 +130,7 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
             p.grad = torch.zeros_like(p)
         noise = torch.randn(p.shape, generator=generator, device=p.device) * (noise_multiplier * clip_norm)
         p.grad = (p.grad + noise) / expected_batch
-    return StepStats(loss, acc, B, clip_frac, norm_mean)
+    return StepStats(loss=loss, train_accuracy=acc, batch_size=B, clip_fraction=clip_frac, grad_norm=norm_mean)
 
 
 def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> StepStats:
@@ -139,8 +139,9 @@ def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> StepStats
     if len(y) == 0:
         for p in params:
             p.grad = torch.zeros_like(p)
-        return StepStats(0.0, 0.0, 0)
+        return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
     out = module(x)
     loss = F.cross_entropy(out, y)
     loss.backward()
-    return StepStats(loss.item(), (out.argmax(1) == y).float().mean().item(), len(y))
+    return StepStats(loss=loss.item(), train_accuracy=(out.argmax(1) == y).float().mean().item(),
+                     batch_size=len(y))

@@ -1,0 +1,160 @@
+"""Artifact files of a run, each stamped with its kind and the schema version that wrote it.
+
+`dpviz.store.Store` writes and reads every artifact through these functions;
+nothing else in dpviz opens a run's files. Formats at schema 1::
+
+    features   features/step_XXXXXX.npz   the caller's arrays plus ``__kind__`` and ``__schema__`` entries
+    weights    weights/step_XXXXXX.pt     {"__kind__", "__schema__", "state_dict"}
+    model      model.pt                   {"__kind__", "__schema__", "state_dict", "config"}
+    mask       mask.json                  the mask document plus "__kind__" and "__schema__" keys
+    analysis   analyses table             ``kind`` and ``schema`` columns beside each result row
+
+The model and mask keep their old top-level keys, so ``torch.load(model.pt)["state_dict"]``
+and ``json.load(mask.json)["mask"]`` still work outside dpviz.
+
+Files written before schema 1 carry no stamp; they are read in their old form
+(called schema 0) and never rewritten: bare arrays, a bare state dict,
+{"state_dict", "config"}, a mask document without ``__kind__``. An artifact of
+another kind, or one written by a newer schema, raises a one-line `StoreError`
+naming the file, the kind found and the kind expected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StoreError, load_failure
+
+KIND, SCHEMA = "__kind__", "__schema__"
+VERSIONS = {"features": 1, "weights": 1, "model": 1, "mask": 1, "analysis": 1}
+"""The schema version this dpviz writes, and the newest it reads, per artifact kind."""
+
+
+def stamp(kind: str) -> dict:
+    """The kind and schema entries that every artifact of ``kind`` written now carries."""
+    return {KIND: kind, SCHEMA: VERSIONS[kind]}
+
+
+def check(where: str, expected: str, found: str | None, schema: int) -> None:
+    """Raise a one-line `StoreError` unless the artifact is of kind ``expected`` at a schema we read.
+
+    Args:
+        where: what to name in the message ("artifact <path>", "analysis knn of run … at step …").
+        expected: the kind the caller asked for.
+        found: the kind the artifact declares (or was recognised as); None when unrecognised.
+        schema: the schema version that wrote it (0 for files from before schemas existed).
+    """
+    if found != expected:
+        raise StoreError(f"{where}: holds {found or 'no recognised dpviz artifact'}, expected {expected}")
+    if schema > VERSIONS[expected]:
+        raise StoreError(f"{where}: {expected} written by schema {schema}, newer than this dpviz reads "
+                         f"(≤ {VERSIONS[expected]}); upgrade dpviz to read it")
+
+
+def _reserved(keys) -> None:
+    if clash := sorted(k for k in keys if k in (KIND, SCHEMA)):
+        raise ValueError(f"{', '.join(clash)}: reserved for the artifact's kind and schema")
+
+
+def _stamped(where: str, expected: str, kind, schema) -> None:
+    """Check a stamp read back from a file, whatever types it came back as (0-d arrays from an npz)."""
+    try:
+        schema = int(schema)
+    except (TypeError, ValueError):
+        kind, schema = None, 0  # a stamp we cannot read is no dpviz artifact
+    check(where, expected, None if kind is None else str(kind), schema)
+
+
+def _unreadable(path: Path, kind: str, e: Exception) -> StoreError:
+    return StoreError(f"artifact {path}: cannot be read as {kind} ({load_failure(e)})")
+
+
+# --- npz: features ------------------------------------------------------------
+def write_npz(path: Path, kind: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` and the stamp of ``kind`` to ``path`` (the caller makes it atomic)."""
+    _reserved(arrays)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays, **{k: np.asarray(v) for k, v in stamp(kind).items()})
+
+
+def read_npz(path: Path, kind: str) -> dict[str, np.ndarray]:
+    """The arrays saved at ``path``, without the stamp; an unstamped file is old-format ``kind``."""
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
+        raise _unreadable(path, kind, e) from None
+    if KIND in arrays:
+        _stamped(f"artifact {path}", kind, arrays.pop(KIND), arrays.pop(SCHEMA, None))
+    return arrays
+
+
+# --- torch: weights and model -------------------------------------------------
+def _old_pt_kind(obj) -> str | None:
+    """What an unstamped .pt from before schema 1 holds: model, weights, or None if neither."""
+    import torch
+
+    if isinstance(obj, dict) and {"state_dict", "config"} <= obj.keys():
+        return "model"
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return "weights"
+    return None
+
+
+def write_pt(path: Path, kind: str, payload: dict) -> None:
+    """``torch.save`` of ``payload`` (e.g. {"state_dict", "config"}) and the stamp of ``kind``."""
+    import torch
+
+    _reserved(payload)
+    torch.save({**stamp(kind), **payload}, path)
+
+
+def read_pt(path: Path, kind: str) -> dict:
+    """The payload written by `write_pt`, without the stamp; old-format files come back in the same shape.
+
+    An old bare state dict is returned as {"state_dict": it}; an old model as {"state_dict", "config"}.
+    """
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
+        raise _unreadable(path, kind, e) from None
+    where = f"artifact {path}"
+    if isinstance(obj, dict) and KIND in obj:
+        _stamped(where, kind, obj.pop(KIND), obj.pop(SCHEMA, None))
+        return obj
+    found = _old_pt_kind(obj)
+    if found != kind:
+        check(where, kind, found and f"{found} (unstamped, from before schema 1)", 0)
+    return {"state_dict": obj} if found == "weights" else {"state_dict": obj["state_dict"], "config": obj["config"]}
+
+
+# --- json: mask ---------------------------------------------------------------
+def write_json(path: Path, kind: str, doc: dict) -> None:
+    """``doc`` as JSON with the stamp of ``kind`` beside its keys."""
+    _reserved(doc)
+    path.write_text(json.dumps({**stamp(kind), **doc}))
+
+
+def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...]) -> dict:
+    """The document written by `write_json`, without the stamp.
+
+    Args:
+        path: the file.
+        kind: the kind expected.
+        old_keys: keys that identify an unstamped document of ``kind`` from before schema 1.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise _unreadable(path, kind, e) from None
+    if isinstance(doc, dict) and KIND in doc:
+        _stamped(f"artifact {path}", kind, doc.pop(KIND), doc.pop(SCHEMA, None))
+        return doc
+    old = isinstance(doc, dict) and set(old_keys) <= doc.keys()
+    check(f"artifact {path}", kind, kind if old else None, 0)
+    return doc

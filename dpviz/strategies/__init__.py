@@ -1,0 +1,79 @@
+"""Fine-tuning strategies, one module each, registered by name.
+
+Everything that lists strategies (config validation, the CLI, the run form,
+pages, figures, tests) reads `REGISTRY`; a new strategy is one module that
+subclasses `Strategy` and is decorated with `register`. Built-ins are imported
+below; a strategy of your own is found when its module is named in the
+``DPVIZ_STRATEGIES`` environment variable (comma-separated module names, for the
+CLI and the dashboard) or imported before use (from Python).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from ..errors import ConfigError
+from .base import Param, PhasePlan, PhaseSetup, Strategy
+
+REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: make ``cls`` available as ``RunConfig.strategy = cls.name``."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get(name: str) -> type[Strategy]:
+    """The strategy class registered as ``name``; a `ConfigError` naming the choices otherwise."""
+    if name not in REGISTRY:
+        raise ConfigError("strategy", f"one of {', '.join(REGISTRY)}", name)
+    return REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def colors() -> dict[str, str]:
+    """Strategy name → its figure colour."""
+    return {n: s.color for n, s in REGISTRY.items()}
+
+
+def strategy_fields() -> set[str]:
+    """Every `RunConfig` field that belongs to some strategy (the rest are shared by all)."""
+    return {f for s in REGISTRY.values() for f in s.fields()}
+
+
+def validate(cfg) -> None:
+    """Every strategy's field ranges, then the chosen strategy's own rules."""
+    for cls in REGISTRY.values():
+        cls.validate_fields(cfg)
+    get(cfg.strategy).validate(cfg)
+
+
+def plan(cfg, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> list[PhasePlan]:
+    """The phases of ``cfg.strategy`` for a run of ``total_steps`` private steps."""
+    return get(cfg.strategy)(cfg).plan(total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+                                       num_blocks=num_blocks)
+
+
+# the built-in strategies, in the order menus list them
+from . import lp, fft, lp_fft, partial, continual, sparse, lora  # noqa: E402,F401
+
+
+def load_plugins(spec: str | None = None) -> None:
+    """Import the strategy modules named in ``spec`` (default: ``$DPVIZ_STRATEGIES``), each registering itself."""
+    for mod in filter(None, (m.strip() for m in (spec if spec is not None else
+                                                   os.environ.get("DPVIZ_STRATEGIES", "")).split(","))):
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise ConfigError("DPVIZ_STRATEGIES", f"importable module names ({e})", mod) from None
+
+
+load_plugins()
+
+__all__ = ["REGISTRY", "Param", "PhasePlan", "PhaseSetup", "Strategy", "register", "get", "names", "colors",
+           "strategy_fields", "validate", "plan", "load_plugins"]

@@ -1,0 +1,167 @@
+"""The strategy seam: what a strategy declares and the hooks the generic loop calls.
+
+A strategy is one class in one module of this package, registered by name with
+`register`. Its class attributes tell the rest of dpviz what it needs (the
+`RunConfig` fields it uses, its learning rates, its colour); `plan` turns a
+config into phases; the hooks run inside `trainer.Loop`, which has one phase
+loop and names no strategy. Reading the registry imports no torch: hooks import
+what they need when they run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # the loop's types; imported only for annotations
+    from ..trainer import Loop
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasePlan:
+    """One phase of a strategy's schedule.
+
+    Attributes:
+        name: phase name as reported (lp, fft, head, select, …).
+        steps: number of steps (a public phase may stop earlier).
+        lr: learning rate of the phase.
+        trainable: what trains, as the analyses read it: "head", "last:k" or "all".
+        public: trains without DP on public data; not counted by the accountant.
+    """
+
+    name: str
+    steps: int
+    lr: float
+    trainable: str = "all"
+    public: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Param:
+    """How a strategy's own `RunConfig` field is shown by the form (the CLI shows every field as a flag).
+
+    Attributes:
+        name: the `RunConfig` field.
+        label: the widget's label.
+        kind: "slider" (float in [low, high]), "int" (number input), "choice" (select box).
+        low, high, step: the range of a slider or number input.
+        choices: the options of a select box.
+        help: the widget's tooltip and the CLI flag's help.
+    """
+
+    name: str
+    label: str
+    kind: str = "slider"
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    choices: tuple = ()
+    help: str = ""
+
+
+@dataclass(kw_only=True)
+class PhaseSetup:
+    """What the generic loop needs to run one phase; returned by `Strategy.enter_phase`.
+
+    Attributes:
+        module: what a step differentiates: the whole classifier, or its head on cached features.
+        inputs: (N, …) inputs of ``module`` (images, or penultimate features (N, d)).
+        labels: (N,) class labels.
+        sample_rate: Poisson sampling rate q of a batch.
+        private: steps clip and noise per-sample gradients (DP-SGD) instead of plain steps.
+        update: apply the optimizer after each step (False: gradients are only read, as in a selection epoch).
+        optimizer: the phase's optimizer; None makes a fresh one over ``module``'s trainable parameters.
+    """
+
+    module: Any
+    inputs: Any
+    labels: Any
+    sample_rate: float
+    private: bool
+    update: bool = True
+    optimizer: Any = None
+
+
+class Strategy:
+    """Base class: one fine-tuning strategy; a fresh instance trains one run and may hold its state.
+
+    Class attributes (the declaration the rest of dpviz reads):
+        name: registry key, the value of ``RunConfig.strategy``.
+        label: a few words for menus and legends.
+        color: its colour in every figure.
+        params: its own `RunConfig` fields (the form shows these only for this strategy).
+        lr_fields: the learning-rate fields its phases use (form, tuning, sweeps).
+        grad_sample_modes: per-sample gradient paths it supports.
+        min_epochs: the fewest epochs its schedule needs.
+    """
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    color: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+    lr_fields: ClassVar[tuple[str, ...]] = ("lr_ft",)
+    grad_sample_modes: ClassVar[tuple[str, ...]] = ("auto", "bk", "hooks")
+    min_epochs: ClassVar[int] = 1
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    # --- declaration ----------------------------------------------------------
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        """The `RunConfig` fields that only this strategy reads."""
+        return tuple(p.name for p in cls.params)
+
+    @classmethod
+    def validate_fields(cls, cfg) -> None:
+        """Range checks of this strategy's own fields, run whatever strategy a config names (a bad
+        value is an error even where it is unused, so it cannot surprise a later switch of strategy)."""
+        for p in cls.params:
+            if p.kind == "choice" and getattr(cfg, p.name) not in p.choices:
+                raise ConfigError(p.name, f"one of {', '.join(p.choices)}", getattr(cfg, p.name))
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        """Checks of a config that runs this strategy (no data needed); raise `ConfigError` naming the field."""
+        if cfg.grad_sample_mode not in cls.grad_sample_modes:
+            raise ConfigError("grad_sample_mode", f"{' or '.join(cls.grad_sample_modes)} for {cls.name}",
+                              cfg.grad_sample_mode)
+        if cfg.epochs < cls.min_epochs:
+            raise ConfigError("epochs", f"must be >= {cls.min_epochs} for {cls.name}", cfg.epochs)
+
+    @classmethod
+    def describe(cls, cfg, phases: str) -> str:
+        """The preview's one-line schedule; ``phases`` is "lp 20 steps → fft 80 steps" from the plan."""
+        return phases
+
+    def plan(self, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> list[PhasePlan]:
+        """The phases of a run of ``total_steps`` private steps."""
+        raise NotImplementedError
+
+    # --- hooks of the generic loop ------------------------------------------
+    def enter_phase(self, loop: "Loop", plan: PhasePlan) -> PhaseSetup:
+        """Set what trains and return the phase's data; by default private DP-SGD on ``plan.trainable``."""
+        loop.set_trainable(plan.trainable)
+        if plan.trainable == "head":  # frozen backbone: features once, not a forward per step
+            return loop.setup(module=loop.model.head, inputs=loop.head_features())
+        return loop.setup(module=loop.model)
+
+    def before_step(self, loop: "Loop", plan: PhasePlan, k: int) -> bool:
+        """Called before step k of a phase; return False to end the phase early."""
+        return True
+
+    def after_step(self, loop: "Loop", plan: PhasePlan, setup: PhaseSetup) -> None:
+        """Called after a step's gradients are set, before the optimizer applies them."""
+
+    def leave_phase(self, loop: "Loop", plan: PhasePlan, setup: PhaseSetup) -> None:
+        """Called after a phase's last step (or its early end)."""
+
+    def state_dict(self, model) -> dict:
+        """The weights a checkpoint stores: they must load into the unmodified classifier."""
+        return model.state_dict()
+
+    def summary(self, loop: "Loop") -> dict:
+        """What this strategy adds to the run's JSON summary."""
+        return {}

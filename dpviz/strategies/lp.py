@@ -1,0 +1,17 @@
+"""DP linear probing: the backbone stays frozen and only the new head trains (seed 000)."""
+
+from __future__ import annotations
+
+from . import register
+from .base import PhasePlan, Strategy
+
+
+@register
+class LinearProbe(Strategy):
+    """The head alone, on penultimate features computed once (no backbone forward per step)."""
+
+    name, label, color = "lp", "linear probing (head only)", "#1f77b4"
+    lr_fields = ("lr_lp",)
+
+    def plan(self, *, total_steps, steps_per_epoch, num_blocks):
+        return [PhasePlan(name="lp", steps=total_steps, lr=self.cfg.lr_lp, trainable="head")]

@@ -1,0 +1,28 @@
+"""LP then FFT (seeds 000/001): the head first, so FFT starts from a trained head, under one budget."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from . import register
+from .base import Param, PhasePlan, Strategy
+
+
+@register
+class LinearProbeThenFineTune(Strategy):
+    """LP for round(p·T) steps, then FFT; with one σ each phase spends its share of steps (and of ε)."""
+
+    name, label, color = "lp-fft", "LP, then full fine-tuning", "#2ca02c"
+    lr_fields = ("lr_lp", "lr_ft")
+    params = (Param(name="lp_fraction", label="LP fraction p (share of steps and budget on LP)", low=0.0,
+                    high=1.0, step=0.05, help="share p of the steps, and so of the privacy loss, spent on LP"),)
+
+    @classmethod
+    def validate_fields(cls, cfg) -> None:
+        if not 0 <= cfg.lp_fraction <= 1:
+            raise ConfigError("lp_fraction", "must be in [0, 1]", cfg.lp_fraction)
+
+    def plan(self, *, total_steps, steps_per_epoch, num_blocks):
+        k = round(self.cfg.lp_fraction * total_steps)
+        phases = (PhasePlan(name="lp", steps=k, lr=self.cfg.lr_lp, trainable="head"),
+                  PhasePlan(name="fft", steps=total_steps - k, lr=self.cfg.lr_ft))
+        return [p for p in phases if p.steps > 0]

@@ -1,0 +1,28 @@
+"""Partial fine-tuning: the last k backbone blocks and the head train (seed 002's depth study)."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from . import register
+from .base import Param, PhasePlan, Strategy
+
+
+@register
+class PartialFineTune(Strategy):
+    """Stem and earlier blocks stay frozen; a ViT's final norm trains with its last block."""
+
+    name, label, color = "partial", "last k blocks", "#9467bd"
+    lr_fields = ("lr_ft",)
+    params = (Param(name="tune_blocks", label="blocks to tune", kind="int", low=1, high=64, step=1,
+                    help="how many of the backbone's last blocks train (with the head)"),)
+
+    @classmethod
+    def validate_fields(cls, cfg) -> None:
+        if cfg.tune_blocks < 1:
+            raise ConfigError("tune_blocks", "must be an integer >= 1", cfg.tune_blocks)
+
+    def plan(self, *, total_steps, steps_per_epoch, num_blocks):
+        k = self.cfg.tune_blocks
+        if k > num_blocks:
+            raise ConfigError("tune_blocks", f"must be in [1, {num_blocks}] for backbone {self.cfg.backbone}", k)
+        return [PhasePlan(name="partial", steps=total_steps, lr=self.cfg.lr_ft, trainable=f"last:{k}")]

@@ -1,0 +1,109 @@
+"""Sparse fine-tuning: SPARTA's private row selection (seed 003) and its fixed-mask baselines.
+
+Schedule: the head alone for 20 % of the epochs; with ``selection = sparta`` one selection epoch of
+ordinary DP-SGD whose noisy releases score the rows (no update; the accountant counts it); then
+masked DP-SGD on the chosen rows (`dpviz.sparse` holds the masks and the row-grouped layers).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from . import register
+from .base import Param, PhasePlan, Strategy
+
+SELECTIONS = ("sparta", "magnitude", "random", "bias", "norm")
+ROW_SELECTIONS = ("sparta", "magnitude", "random")
+HEAD_FRACTION = 0.2  # share of epochs on the head first (10 of 50 in the reference runs)
+
+
+@register
+class SparseFineTune(Strategy):
+    name, label, color = "sparse", "sparse rows (SPARTA and baselines)", "#ff7f0e"
+    lr_fields = ("lr_lp", "lr_ft")
+    grad_sample_modes = ("auto", "bk")  # masked rows need book-keeping
+    min_epochs = 3  # head epochs, a selection epoch, masked epochs
+    params = (
+        Param(name="selection", label="rows to train (sparse)", kind="choice",
+              choices=SELECTIONS,
+              help="sparta: private selection epoch; magnitude/random: fixed rows; bias / norm: head + biases / "
+                   "norm layers"),
+        Param(name="sparsity", label="sparsity s (share of each layer's rows, sparse)", low=0.01, high=1.0,
+              step=0.01, help="the fraction of each layer's rows (output neurons / filters) that train"),
+    )
+
+    @classmethod
+    def validate_fields(cls, cfg) -> None:
+        super().validate_fields(cfg)
+        if not 0 < cfg.sparsity <= 1:
+            raise ConfigError("sparsity", "must be in (0, 1] (the fraction of each layer's rows that train)",
+                              cfg.sparsity)
+
+    @classmethod
+    def describe(cls, cfg, phases: str) -> str:
+        return f"{phases} (s = {cfg.sparsity:g} of each layer's rows, {cfg.selection})"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.v = None  # selection epoch: Σ |released gradient| per row layer
+        self.scores = None
+        self.facts: dict = {}
+
+    def plan(self, *, total_steps, steps_per_epoch, num_blocks):
+        head = max(1, round(HEAD_FRACTION * self.cfg.epochs)) * steps_per_epoch
+        select = steps_per_epoch if self.cfg.selection == "sparta" else 0
+        phases = (PhasePlan(name="head", steps=head, lr=self.cfg.lr_lp, trainable="head"),
+                  PhasePlan(name="select", steps=select, lr=0.0),
+                  PhasePlan(name="sparse", steps=total_steps - head - select, lr=self.cfg.lr_ft))
+        return [p for p in phases if p.steps > 0]
+
+    def enter_phase(self, loop, plan):
+        from .. import sparse
+
+        if plan.name == "select":  # ordinary DP-SGD releases of every weight, never applied
+            loop.set_trainable("all")
+            self.v = {n: 0 for n in sparse.row_layers(loop.model.backbone)}
+            return loop.setup(module=loop.model, update=False)
+        if plan.name == "sparse":
+            self._enter_mask(loop)
+            return loop.setup(module=loop.model)
+        return super().enter_phase(loop, plan)
+
+    def after_step(self, loop, plan, setup):
+        if plan.name == "select":
+            from .. import sparse
+
+            for name, m in sparse.row_layers(loop.model.backbone).items():
+                self.v[name] = self.v[name] + m.weight.grad.abs()  # (out, …)
+
+    def leave_phase(self, loop, plan, setup):
+        from .. import sparse
+
+        if plan.name == "select":  # only these noisy releases reach the row choice
+            loop.model.zero_grad(set_to_none=True)
+            self.scores = sparse.row_scores(self.v)
+        elif plan.name == "sparse":
+            sparse.fold(loop.model.backbone)  # W₀ + scatter(ΔW) back into plain layers
+
+    def _enter_mask(self, loop) -> None:
+        """Choose the rows, wrap the masked layers, store the mask."""
+        from .. import sparse
+
+        cfg, bb = self.cfg, loop.model.backbone
+        mask = sparse.choose_mask(bb, cfg.selection, cfg.sparsity, scores=self.scores, seed=cfg.seed)
+        rows_per_layer = {n: int(m.weight.shape[0]) for n, m in sparse.row_layers(bb).items()}  # before wrapping
+        sparse.apply_mask(bb, mask)
+        sparse.set_masked_trainable(loop.model, cfg.selection)
+        self.facts = {"selection": cfg.selection, "sparsity": cfg.sparsity,
+                      "trainable_fraction": sparse.trainable_fraction(loop.model),
+                      "mask_layers": {n: len(rows) / rows_per_layer[n] for n, rows in mask.items()}}
+        loop.store.save_mask(loop.run_id, {"step": loop.step, "selection": cfg.selection, "sparsity": cfg.sparsity,
+                                           "mask": mask, "rows_per_layer": rows_per_layer})
+        loop.event("mask", f"{cfg.selection}: {self.facts['trainable_fraction']:.4f} of the backbone's weights train")
+
+    def state_dict(self, model):
+        from .. import sparse
+
+        return sparse.folded_state_dict(model)
+
+    def summary(self, loop):
+        return self.facts
