@@ -31,7 +31,7 @@ def scores_after_selection(prep, store, phase_sigma_zero: bool):
     if phase_sigma_zero:
         phase = dataclasses.replace(phase, noise_multiplier=0.0)
     loop.run_phase(sel_plan, phase)
-    return loop.scores
+    return loop.strategy.scores  # the selection epoch's Σ|g̃| per row, kept by the sparse strategy
 
 
 def main():

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--selections", nargs="+", default=["sparta", "magnitude", "random", "bias", "norm"],
                     help="sparse: selections (row selections run at every s)")
     sw.add_argument("--no-fft", dest="fft", action="store_false", help="sparse: leave out the DP-FFT reference")
+    sw.add_argument("--lora-ranks", nargs="*", type=int, default=[1, 2, 4, 8],
+                    help="sparse: DP-LoRA adapter ranks r beside the sparse methods (none: leave LoRA out)")
     _config_flags(sw, skip=("epsilon", "lp_fraction", "seed"))
     sw.add_argument("--epsilon", dest="epsilons", nargs="+", default=["1", "2", "8"], help="ε values (inf: no DP)")
     sw.add_argument("--fractions", nargs="+", type=float, default=[round(0.1 * i, 1) for i in range(11)])
@@ -226,7 +228,8 @@ def cmd_sweep(args) -> int:
         study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
     else:
         points = sweeps.sparse_points(epsilons=args.epsilons, sparsities=args.sparsities,
-                                      selections=args.selections, seeds=args.seeds, fft=args.fft)
+                                      selections=args.selections, seeds=args.seeds, fft=args.fft,
+                                      lora_ranks=args.lora_ranks)
         for p in points:  # validate every point before starting
             RunConfig.from_dict({**base.to_dict(), **p})
         study = sweeps.create_grid_sweep("sparse", base, points, storage_url=args.storage, cache_dir=args.cache_dir)

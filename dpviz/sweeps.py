@@ -86,19 +86,27 @@ def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage
     return study
 
 
-def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True) -> list[dict]:
-    """Points of the sparse profile: row selections at every s, bias/norm once, and DP-FFT (100 %)."""
+def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, lora_ranks=()) -> list[dict]:
+    """Points of the sparse profile: row selections at every s, bias/norm once, DP-FFT (100 %) and
+    DP-LoRA at each rank in ``lora_ranks``.
+
+    Every point names the same fields (the grid sampler needs them all); a field a point's strategy
+    does not read takes its default, which leaves the run's hash unchanged.
+    """
     from .sparse import ROW_SELECTIONS
 
+    rest = {"selection": "sparta", "sparsity": 0.2}  # unused by fft and lora
+    lora = {"lora_rank": 4} if lora_ranks else {}  # only when asked: older studies keep their names
     out = []
     for e in epsilons:
         for seed in seeds:
-            base = {"epsilon": str(e), "seed": int(seed), "strategy": "sparse"}
+            base = {"epsilon": str(e), "seed": int(seed), "strategy": "sparse", **lora}
             for sel in selections:
                 for s in (sparsities if sel in ROW_SELECTIONS else [0.2]):
                     out.append({**base, "selection": sel, "sparsity": float(s)})
             if fft:
-                out.append({**base, "strategy": "fft", "selection": "sparta", "sparsity": 0.2})
+                out.append({**base, "strategy": "fft", **rest})
+            out += [{**base, "strategy": "lora", **rest, "lora_rank": int(r)} for r in lora_ranks]
     return out
 
 

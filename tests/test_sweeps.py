@@ -132,3 +132,16 @@ def test_utility_curves_mark_best_accuracy_and_lowest_loss():
     assert acc.data[1].x[0] == 0.5 and acc.data[1].y[0] == pytest.approx(0.71)  # ★ at the best mean accuracy
     assert loss.data[1].x[0] == 1 and loss.data[1].y[0] == pytest.approx(0.75)  # ★ at the lowest mean loss
     assert list(acc.data[0].error_y.array) == pytest.approx(list(rows.groupby("lp_fraction")["test_accuracy"].std()))
+
+
+def test_sparse_profile_points_add_lora_ranks_without_moving_other_runs():
+    kw = dict(epsilons=["2"], sparsities=[0.2], selections=["sparta", "bias"], seeds=[0])
+    plain, with_lora = sweeps.sparse_points(**kw), sweeps.sparse_points(**kw, lora_ranks=[1, 8])
+    assert len({frozenset(p) for p in with_lora}) == 1  # the grid sampler needs one set of fields
+    lora = [p for p in with_lora if p["strategy"] == "lora"]
+    assert [p["lora_rank"] for p in lora] == [1, 8]
+    base = RunConfig(strategy="sparse", epochs=3)
+    cfgs = [base.replace(**{**p, "epsilon": 2.0}) for p in with_lora]
+    assert [c.hash() for c in cfgs if c.strategy != "lora"] == [base.replace(**{**p, "epsilon": 2.0}).hash()
+                                                                   for p in plain]
+    assert len({c.hash() for c in cfgs if c.strategy == "lora"}) == 2  # the rank keys LoRA runs only
