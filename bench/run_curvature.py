@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 import dpviz  # noqa: E402
-from dpviz import export, figures, figures_curvature, results  # noqa: E402
+from dpviz import export, figures, results  # noqa: E402
 from dpviz.analyses.hessian import predict_batch_size  # noqa: E402
 from dpviz.analyses.service import analyze  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
@@ -48,8 +48,8 @@ def curvature_runs(store):
             print(f"| {r.label} | {r.step} | {r.trace:.3g} ± {r.stderr:.2g} | {r.gtg:.3g} | {r.curvature:.3g} | "
                   f"{r.sampling:.3g} | {r.decelerator:.3g} | {r.dominant} |")
     cap = "DP-FFT on digits (CNN); curvature on 256 private training examples — not covered by the DP guarantee"
-    save(figures_curvature.terms_figure(df[df["epsilon"] == 1.0]), "curvature_terms_eps1", cap)
-    save(figures_curvature.trace_figure(df), "curvature_trace", cap)
+    save(figures.curvature.terms_figure(df[df["epsilon"] == 1.0]), "curvature_terms_eps1", cap)
+    save(figures.curvature.trace_figure(df), "curvature_trace", cap)
     last = store.feature_steps(ids[0])[-1]
     res = results.cached_analysis(store, ids[0], last, "hessian")
     pred = predict_batch_size(res, epsilon=1.0, delta=1e-5, epochs=20, n=1437, batch_sizes=BS)
@@ -64,7 +64,7 @@ def accountants():
     for b in BS:
         print(f"| {b} | {piv.loc[b, 'rdp']:.3f} | {piv.loc[b, 'gdp']:.3f} | {piv.loc[b, 'prv']:.3f} | "
               f"{piv.loc[b, 'prv'] ** 2 / b:.4f} |")
-    save(figures_curvature.accountants_figure(rows, 1.0, 1e-5, 20), "accountants_eps1", "n = 1437 (digits)")
+    save(figures.curvature.accountants_figure(rows, 1.0, 1e-5, 20), "accountants_eps1", "n = 1437 (digits)")
 
 
 def continual():

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dpviz  # noqa: E402
-from dpviz import export, figures, figures_analyses, results  # noqa: E402
+from dpviz import export, figures, results  # noqa: E402
 from dpviz.presets import CONSTANT_LR, PRESETS  # noqa: E402
 
 OUT = ROOT / "docs" / "figures"
@@ -65,7 +65,7 @@ def law(store):
              "values": sep["fuzziness"], **{k: sep[k] for k in ("rho", "intercept", "r2", "pearson_r")},
              "config": c})
     for (eps, tuned), ss in series.items():
-        save(figures_analyses.law_plot(ss, f"fuzziness D_l ({tuned} lr)"), [s["config"] for s in ss],
+        save(figures.analyses.law_plot(ss, f"fuzziness D_l ({tuned} lr)"), [s["config"] for s in ss],
              f"law_eps{eps:g}_{tuned}")
 
 

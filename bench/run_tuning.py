@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dpviz  # noqa: E402
-from dpviz import export, figures_tuning, sweeps  # noqa: E402
+from dpviz import export, figures, sweeps  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
 
 OUT = ROOT / "docs" / "figures"
@@ -60,9 +60,9 @@ def main():
               flush=True)
         OUT.mkdir(parents=True, exist_ok=True)
         for kind in ("history", "parallel"):
-            fig = figures_tuning.tuning_figure(study, kind)
+            fig = figures.tuning.tuning_figure(study, kind)
             (OUT / f"tuning_{proxy or 'private'}_{kind}.png").write_bytes(
-                export.figure_bytes(fig, "png", caption=figures_tuning.subtitle(study), width=900, height=480))
+                export.figure_bytes(fig, "png", caption=figures.tuning.subtitle(study), width=900, height=480))
 
 
 if __name__ == "__main__":

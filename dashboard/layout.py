@@ -15,6 +15,8 @@ PAGES = (
     ("pages/budget.py", "Budget allocation", ":material/pie_chart:"),
     ("pages/tuning.py", "Tuning", ":material/tune:"),
     ("pages/curvature.py", "Curvature", ":material/landscape:"),
+    ("pages/accountants.py", "Accountants", ":material/calculate:"),
+    ("pages/continual.py", "Public → private", ":material/swap_horiz:"),
     ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
 )
 

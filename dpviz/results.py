@@ -181,3 +181,144 @@ def step_time_ms(store: Store, run_id: str, phase: str | None = None) -> float |
             return None
     vals = sorted(v for s, v in pts if v is not None and lo < s <= hi)
     return vals[len(vals) // 2] if vals else None
+
+
+# --- sparse fine-tuning profile ------------------------------------------------
+def method_of(row) -> str:
+    """The profile's method of a sweep row: fft, lora, or the sparse run's selection."""
+    return row["strategy"] if row["strategy"] in ("fft", "lora") else row["selection"]
+
+
+def profile_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over seeds per (ε, method, s, r), with the trainable percentage (FFT: 100 %).
+
+    Args:
+        rows: one row per finished run (`sweeps.table`): epsilon, strategy, selection, sparsity,
+            test_accuracy, and trainable_fraction / lora_rank where the runs report them.
+    """
+    df = rows.copy()
+    df["method"] = df.apply(method_of, axis=1)
+    tf = df["trainable_fraction"] if "trainable_fraction" in df else pd.Series(float("nan"), index=df.index)
+    df["trainable_pct"] = (100.0 * tf.astype(float)).where(df["method"] != "fft", 100.0)
+    # the rank tells LoRA points apart; the sparsity tells the others apart
+    df["lora_rank"] = df["lora_rank"].where(df["method"] == "lora") if "lora_rank" in df else float("nan")
+    df["sparsity"] = df["sparsity"].where(df["method"] != "lora") if "sparsity" in df else float("nan")
+    g = df.groupby(["epsilon", "method", "sparsity", "lora_rank"], dropna=False).agg(
+        test_accuracy=("test_accuracy", "mean"), std=("test_accuracy", "std"), seeds=("test_accuracy", "count"),
+        trainable_pct=("trainable_pct", "mean")).reset_index()
+    return g.fillna({"std": 0.0})
+
+
+def sparse_verdict(table: pd.DataFrame) -> str:
+    """Per ε: SPARTA's best point against DP-FFT and the best other method (a `profile_table`)."""
+    parts = []
+    for e, t in table.groupby("epsilon", dropna=False):
+        fft = t[t["method"] == "fft"]["test_accuracy"]
+        sp = t[t["method"] == "sparta"]
+        if sp.empty:
+            continue
+        best = sp.loc[sp["test_accuracy"].idxmax()]
+        others = t[~t["method"].isin(["sparta", "fft"])]
+        rival = others.loc[others["test_accuracy"].idxmax()] if len(others) else None
+        rname = None if rival is None else rival.method + (f" r={rival.lora_rank:g}" if rival.method == "lora" else "")
+        parts.append(f"ε = {e}: SPARTA best {best.test_accuracy:.3f} at s = {best.sparsity:g} "
+                     f"({best.trainable_pct:.1f} % trained)"
+                     + (f" vs DP-FFT {fft.iloc[0]:.3f}" if len(fft) else "")
+                     + (f", best other method {rname} {rival.test_accuracy:.3f}" if rival is not None else ""))
+    return "; ".join(parts) + "." if parts else "waiting for SPARTA runs."
+
+
+def matching_run(store: Store, run: dict, *, finished_only: bool = True, **changes) -> dict | None:
+    """The newest (finished) run whose config is ``run``'s with ``changes`` (e.g. strategy="fft"), or None.
+
+    The "twin" a page compares with: the same data, backbone, budget and seed under another strategy.
+    Every field but ``lora_rank`` keys the cache, so a caller resets the old strategy's own fields to
+    the values the twin was run with (the sparse profile runs DP-FFT at the defaults).
+    """
+    from .config import RunConfig
+
+    want = RunConfig.from_dict(run["config"]).replace(**changes).hash()
+    same = [r for r in store.list_runs()
+            if r["config_hash"] == want and (r["status"] == "finished" or not finished_only)]
+    return same[-1] if same else None
+
+
+def step_time_reading(store: Store, run_id: str, twin_id: str, phase: str, what: str) -> str | None:
+    """One sentence comparing a run's median step time in ``phase`` (called ``what``) with its DP-FFT twin's.
+
+    None when either run has no recorded step times.
+    """
+    mine, theirs = step_time_ms(store, run_id, phase), step_time_ms(store, twin_id)
+    if not (mine and theirs):
+        return None
+    return (f"median {what} step {mine:.1f} ms vs dense DP-FFT step {theirs:.1f} ms in the same configuration: "
+            f"{mine / theirs:.2f}× (wall time per step as recorded while training).")
+
+
+# --- readings of the curvature and accountants figures ---------------------------
+def curvature_reading(df: pd.DataFrame) -> str:
+    """Per run, which term dominates D at its last analysed checkpoint (a `curvature_table`)."""
+    last = df.sort_values("step").groupby("run_id").tail(1)
+    return ("; ".join(f"{r.label} at step {r.step}: {r.dominant} dominates D (decelerator {r.decelerator:.3g} vs "
+                      f"GᵀHG {r.curvature:.3g}, tr(HΣ)/B {r.sampling:.3g})" for r in last.itertuples())
+            + ". A negative tr(H) (an indefinite Hessian, common right after a random head is attached) makes "
+              "the second-order picture unreliable at that step.")
+
+
+def accountants_reading(rows: pd.DataFrame) -> str:
+    """How the accountants' σ compare and how much σ²/B moves over the batch sizes (`sigma_by_batch_size` rows)."""
+    piv = rows.pivot(index="batch_size", columns="accountant", values="noise_multiplier")
+    least, most = piv.mean().idxmin().upper(), piv.mean().idxmax().upper()
+    ratio = (piv["rdp"] / piv["prv"]) if {"rdp", "prv"} <= set(piv) else None
+    span = "" if ratio is None else f" (RDP/PRV σ ratio {ratio.min():.3f}–{ratio.max():.3f})"
+    return (f"{least} needs the least σ and {most} the most{span}; σ grows with B, but σ²/B changes only "
+            f"{rows['sigma2_over_b'].max() / rows['sigma2_over_b'].min():.2f}× over these B.")
+
+
+# --- readings of the budget, distortion, separability and compare figures ----------
+def budget_reading(rows: pd.DataFrame) -> str:
+    """The best LP share per ε (mean over seeds) and whether it grows as ε shrinks, as seeds 000/001 predict.
+
+    Args:
+        rows: one row per finished budget-sweep run: epsilon (None: no DP), lp_fraction, test_accuracy.
+    """
+    best = rows.groupby(["epsilon", "lp_fraction"], dropna=False)["test_accuracy"].mean().reset_index()
+    picks = best.loc[best.groupby("epsilon", dropna=False)["test_accuracy"].idxmax()]
+    text = ", ".join(f"ε={'∞' if pd.isna(r.epsilon) else f'{r.epsilon:g}'}: p={r.lp_fraction:g}"
+                     for r in picks.itertuples())
+    ps = list(picks.dropna(subset=["epsilon"]).sort_values("epsilon")["lp_fraction"])  # smallest ε first
+    if len(ps) < 2:
+        verdict = ""
+    elif ps[0] > ps[-1] and all(a >= b for a, b in zip(ps, ps[1:])):
+        verdict = "The best share grows as ε shrinks, as the papers predict."
+    elif len(set(ps)) == 1:
+        verdict = "The best share is the same at every ε here."
+    else:
+        verdict = "The best share does not grow monotonically as ε shrinks here."
+    return f"best LP share per ε — {text}. {verdict}"
+
+
+def knn_dip_reading(df: pd.DataFrame, tolerance: float = 0.02) -> str:
+    """Which runs' kNN accuracy falls more than ``tolerance`` below its first value (an `analysis_curves` table)."""
+    first = df.sort_values("step").groupby("label")["value"].agg(["first", "min", "last"])
+    dips = first[first["min"] < first["first"] - tolerance]
+    return ("kNN accuracy dips below its starting value for " + (", ".join(dips.index) or "no run")
+            + f"; {len(df.attrs.get('missing', []))} checkpoint(s) still being analysed.")
+
+
+def law_reading(series: list[dict], quantity: str) -> str:
+    """The run whose per-layer ``quantity`` decays most geometrically (highest R² of the log-linear fit)."""
+    best = max(series, key=lambda s: s["r2"] if s["r2"] == s["r2"] else -1)  # NaN R² ranks last
+    return (f"{quantity}: the straightest decay is {best['label']} (ρ = {best['rho']:.3g}, "
+            f"R² = {best['r2']:.2f}); ρ < 1 with R² near 1 means the law holds.")
+
+
+def best_run_reading(table: pd.DataFrame) -> str | None:
+    """The best final test accuracy among runs of a `final_table`, or None before any has one."""
+    done = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
+    if not len(done):
+        return None
+    b = done.iloc[0]
+    spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
+        else f"ε spent {b['epsilon_spent']:.3f}"
+    return f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} at ε = {b['epsilon']} ({spent})."

@@ -65,20 +65,7 @@ def render_curve():
     store = state.store()
     configs = [store.get_run(r)["config"] for r in rows["run_id"] if _stored(store, r)]
     runs.render_export(fig, rows, configs, f"dpviz_utility_{name}", "exp-utility")
-    best = rows.groupby(["epsilon", "lp_fraction"], dropna=False)["test_accuracy"].mean().reset_index()
-    picks = best.loc[best.groupby("epsilon", dropna=False)["test_accuracy"].idxmax()]
-    text = ", ".join(f"ε={'∞' if pd.isna(r.epsilon) else f'{r.epsilon:g}'}: p={r.lp_fraction:g}"
-                     for r in picks.itertuples())
-    ps = list(picks.dropna(subset=["epsilon"]).sort_values("epsilon")["lp_fraction"])  # smallest ε first
-    if len(ps) < 2:
-        verdict = ""
-    elif ps[0] > ps[-1] and all(a >= b for a, b in zip(ps, ps[1:])):
-        verdict = "The best share grows as ε shrinks, as the papers predict."
-    elif len(set(ps)) == 1:
-        verdict = "The best share is the same at every ε here."
-    else:
-        verdict = "The best share does not grow monotonically as ε shrinks here."
-    layout.reading(f"best LP share per ε — {text}. {verdict}")
+    layout.reading(results.budget_reading(rows))
 
 
 def _stored(store, run_id):

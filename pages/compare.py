@@ -43,13 +43,8 @@ def render_figures():
     st.dataframe(table, hide_index=True, key="cmp_table",
                  column_config={"test_accuracy": st.column_config.NumberColumn(format="%.3f"),
                                 "epsilon_spent": st.column_config.NumberColumn(format="%.3f")})
-    done = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
-    if len(done):
-        b = done.iloc[0]
-        spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
-            else f"ε spent {b['epsilon_spent']:.3f}"
-        layout.reading(f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} "
-                       f"at ε = {b['epsilon']} ({spent}).")
+    if reading := results.best_run_reading(table):
+        layout.reading(reading)
 
 
 render_figures()

@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard import analyses, layout, runs, state
-from dpviz import figures, figures_analyses, results
+from dpviz import figures, results
 
 layout.page_setup("Feature distortion", r"""
 How good are the backbone's own (penultimate) features for the private task while DP fine-tuning runs?
@@ -38,10 +38,7 @@ def render_knn():
     configs = [store.get_run(r)["config"] for r in chosen]
     runs.render_export(fig, df, configs, "dpviz_knn_accuracy", "exp-knn", private=True)
     if len(df):
-        first = df.sort_values("step").groupby("label")["value"].agg(["first", "min", "last"])
-        dips = first[first["min"] < first["first"] - 0.02]
-        layout.reading("kNN accuracy dips below its starting value for " + (", ".join(dips.index) or "no run")
-                       + f"; {len(df.attrs['missing'])} checkpoint(s) still being analysed.")
+        layout.reading(results.knn_dip_reading(df))
 
 
 render_knn()
@@ -60,7 +57,7 @@ if any(m is None for m in maps):
     st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… reload in a moment.")
 else:
     frames = [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
-    fig = figures_analyses.embedding_map(frames, labels[run_id], method)
+    fig = figures.analyses.embedding_map(frames, labels[run_id], method)
     st.plotly_chart(fig, key="fd_map")
     rows = [{"step": s, "x": c[0], "y": c[1], "label": int(lab)} for s, cs, ls in frames for c, lab in zip(cs, ls)]
     import pandas as pd

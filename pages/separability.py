@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import analyses, layout, runs, state
-from dpviz import figures_analyses, results
+from dpviz import figures, results
 
 layout.page_setup("Separability law", r"""
 He & Su's **law of data separation**: for the features of each layer l (index 0 is the input), the
@@ -56,20 +56,18 @@ def render_law():
         if not ss:
             st.info(f"{quantity}: being computed…")
             continue
-        fig = figures_analyses.law_plot(ss, quantity)
+        fig = figures.analyses.law_plot(ss, quantity)
         st.plotly_chart(fig, key=f"sl_{name}")
         table = pd.DataFrame([{"run": s["label"], "rho": s["rho"], "R²": s["r2"], "Pearson r": s["pearson_r"],
                                **{f"l={i}": v for i, v in enumerate(s["values"])}} for s in ss])
         st.dataframe(table, hide_index=True, key=f"sl_table_{name}")
         runs.render_export(fig, table, configs, f"dpviz_{field}_per_layer", f"exp-{name}", private=True)
-        best = max(ss, key=lambda s: s["r2"] if s["r2"] == s["r2"] else -1)
-        layout.reading(f"{quantity}: the straightest decay is {best['label']} (ρ = {best['rho']:.3g}, "
-                       f"R² = {best['r2']:.2f}); ρ < 1 with R² near 1 means the law holds.")
+        layout.reading(results.law_reading(ss, quantity))
     if chosen:
         rid = chosen[0]
         table = results.layer_table(store, rid, "separability", "fuzziness")
         if len(table):
-            fig = figures_analyses.layer_heatmap(table, "D_l", labels[rid])
+            fig = figures.analyses.layer_heatmap(table, "D_l", labels[rid])
             st.plotly_chart(fig, key="sl_heat")
             runs.render_export(fig, table, [store.get_run(rid)["config"]], "dpviz_fuzziness_heatmap", "exp-heat",
                                private=True)

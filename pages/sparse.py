@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import figures, figures_sparse, results, sweeps
+from dpviz import figures, results, strategies, sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 
@@ -16,27 +16,31 @@ filters of Conv layers — then fine-tunes only those. Schedule: the head alone 
 counts the epoch like any other); row score $\max(0, \sum_{\text{row}} v)$ and the top $s$ of each layer's rows;
 then masked DP-SGD on $W = W_0 + m \odot \Delta W$ (plus head, biases and norms), per-sample gradients clipped
 after masking. Only the noisy releases reach the choice. Baselines with fixed masks: head + biases (DP-BiTFiT),
-head + norm layers, top-$s$ rows by public weight magnitude, random rows — and full DP-FFT. A masked step only
-touches the selected rows ("row grouping"), so it is also cheaper.
+head + norm layers, top-$s$ rows by public weight magnitude, random rows — and full DP-FFT and DP-LoRA (rank-$r$
+adapters, pretrained weights frozen). A masked step only touches the selected rows ("row grouping"), so it is
+also cheaper.
 """)
 
 st.subheader("1 · Profile sweep")
 c = st.columns([2, 3, 4, 2])
 eps = c[0].multiselect("ε values", ["1", "2", "4", "8"], default=["1", "2", "8"], key="sp_eps")
 sps = c[1].multiselect("sparsities s", [0.02, 0.05, 0.1, 0.2, 0.5, 1.0], default=[0.05, 0.2, 0.5], key="sp_s")
-sels = c[2].multiselect("methods", ["sparta", "magnitude", "random", "bias", "norm"],
-                        default=["sparta", "magnitude", "random", "bias", "norm"], key="sp_sel")
+SELECTIONS = next(p.choices for p in strategies.get("sparse").params if p.name == "selection")
+sels = c[2].multiselect("methods", SELECTIONS, default=list(SELECTIONS), key="sp_sel")
 seeds = c[3].multiselect("seeds", list(range(5)), default=[0], key="sp_seeds")
-c = st.columns(4)
+c = st.columns([2, 2, 2, 3, 2])
 epochs = int(c[0].number_input("epochs", 3, 500, 20, key="sp_epochs"))
 backbone = c[1].selectbox("backbone", ["cnn", "vit"], key="sp_backbone")
 with_fft = c[2].checkbox("include full DP-FFT", value=True, key="sp_fft")
-workers = int(c[3].number_input("workers", 1, 16, state.MAX_WORKERS, key="sp_workers"))
+ranks = c[3].multiselect("DP-LoRA ranks r", [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="sp_lora",
+                         help="low-rank adapters on every Conv/Linear layer, beside the sparse methods")
+workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="sp_workers"))
 try:
     if not (eps and sps and sels and seeds):
         raise DpvizError("sweep: choose at least one ε, one s, one method and one seed")
     base = RunConfig(strategy="sparse", epochs=epochs, backbone=backbone)
-    points = sweeps.sparse_points(epsilons=eps, sparsities=sps, selections=sels, seeds=seeds, fft=with_fft)
+    points = sweeps.sparse_points(epsilons=eps, sparsities=sps, selections=sels, seeds=seeds, fft=with_fft,
+                                  lora_ranks=ranks)
     for p in points:
         RunConfig.from_dict({**base.to_dict(), **p})
 except DpvizError as e:
@@ -45,23 +49,6 @@ except DpvizError as e:
 if base and st.button(f"Launch profile sweep ({len(points)} runs, {workers} workers)", type="primary",
                       key="sp_launch"):
     studies.launch(sweeps.create_grid_sweep("sparse", base, points, cache_dir=state.store().root), workers, "sp_study")
-
-def _verdict(table: pd.DataFrame) -> str:
-    parts = []
-    for e, t in table.groupby("epsilon", dropna=False):
-        fft = t[t["method"] == "fft"]["test_accuracy"]
-        sp = t[t["method"] == "sparta"]
-        if sp.empty:
-            continue
-        best = sp.loc[sp["test_accuracy"].idxmax()]
-        others = t[~t["method"].isin(["sparta", "fft"])]
-        rival = others.loc[others["test_accuracy"].idxmax()] if len(others) else None
-        parts.append(f"ε = {e}: SPARTA best {best.test_accuracy:.3f} at s = {best.sparsity:g} "
-                     f"({best.trainable_pct:.1f} % trained)"
-                     + (f" vs DP-FFT {fft.iloc[0]:.3f}" if len(fft) else "")
-                     + (f", best fixed baseline {rival.method} {rival.test_accuracy:.3f}" if rival is not None else ""))
-    return "; ".join(parts) + "." if parts else "waiting for SPARTA runs."
-
 
 st.subheader("2 · Accuracy vs trainable parameters")
 store = state.store()
@@ -75,12 +62,12 @@ if study is not None:
         st.progress(len(rows) / max(total, 1), text=f"{len(rows)} of {total} runs finished")
         if rows.empty:
             return
-        table = figures_sparse.profile_table(rows)
-        fig = figures_sparse.profile_figure(table)
+        table = results.profile_table(rows)
+        fig = figures.sparse.profile_figure(table)
         st.plotly_chart(fig, key="sp_profile")
         st.dataframe(table, hide_index=True, key="sp_table")
         runs.render_export(fig, table, [study.user_attrs["base"]], "dpviz_sparse_profile", "exp-sparse")
-        layout.reading(_verdict(table))
+        layout.reading(results.sparse_verdict(table))
 
     render_profile()
 else:
@@ -99,22 +86,19 @@ run = store.get_run(pick)
 m = results.sparse_mask(store, pick)
 cols = st.columns(2)
 if m and m["mask"]:
-    cols[0].plotly_chart(figures_sparse.mask_figure(m["mask"], m["rows_per_layer"], results.run_label(run)),
+    cols[0].plotly_chart(figures.sparse.mask_figure(m["mask"], m["rows_per_layer"], results.run_label(run)),
                          key="sp_mask")
-    cols[1].plotly_chart(figures_sparse.layer_fraction_figure(run["summary"]["mask_layers"], results.run_label(run)),
+    cols[1].plotly_chart(figures.sparse.layer_fraction_figure(run["summary"]["mask_layers"], results.run_label(run)),
                          key="sp_frac")
 else:
     cols[0].caption(f"{run['config']['selection']}: no row mask (it trains the head and "
                     f"{'biases' if run['config']['selection'] == 'bias' else 'norm layers'}).")
 cols[1].metric("trainable fraction of the backbone", f"{100 * run['summary']['trainable_fraction']:.2f} %")
-twin = RunConfig.from_dict(run["config"]).replace(strategy="fft", selection="sparta", sparsity=0.2)
-ffts = [r["run_id"] for r in store.list_runs() if r["config_hash"] == twin.hash() and r["status"] == "finished"]
-masked_ms = results.step_time_ms(store, pick, "sparse")
-if ffts and masked_ms:
-    dense_ms = results.step_time_ms(store, ffts[-1])
-    layout.reading(f"median masked step {masked_ms:.1f} ms vs dense DP-FFT step {dense_ms:.1f} ms in the same "
-                   f"configuration: {masked_ms / dense_ms:.2f}× (wall time per step as recorded while training).")
-    df = results.curves(store, [pick, ffts[-1]], ["step_ms"])
+twin = results.matching_run(store, run, strategy="fft", selection="sparta", sparsity=0.2)
+reading = twin and results.step_time_reading(store, pick, twin["run_id"], "sparse", "masked")
+if reading:
+    layout.reading(reading)
+    df = results.curves(store, [pick, twin["run_id"]], ["step_ms"])
     st.plotly_chart(figures.metric_curves(df, "step_ms"), key="sp_steps")
 else:
     st.caption("Step time: run (or sweep with) the full DP-FFT of the same configuration to compare.")

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import figures_tuning, sweeps
-from dpviz.config import PUBLIC_DATASETS as PUBLIC, STRATEGIES, RunConfig
+from dpviz import figures, strategies, sweeps
+from dpviz.config import PUBLIC_DATASETS as PUBLIC, RunConfig
 from dpviz.errors import ConfigError, DpvizError
 
 layout.page_setup("Tuning", r"""
@@ -25,12 +25,12 @@ the hyperparameters suit the same noise), then launch the best configuration onc
 
 DEFAULT_RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3), "clip_norm": (0.1, 10.0),
                   "batch_size": (64, 1024), "epochs": (5, 40)}
-LR_FOR = {"lp": ("lr_lp",), "fft": ("lr_ft",), "lp-fft": ("lr_lp", "lr_ft"), "partial": ("lr_ft",)}
 PRIVATE = "private data (costs privacy not in any run's ε)"
 
 st.subheader("1 · Search")
 c = st.columns([2, 2, 4, 1, 1])
-strategy = c[0].selectbox("strategy", [s for s in STRATEGIES if s in LR_FOR], index=1, key="tu_strategy")
+names = list(strategies.names())
+strategy = c[0].selectbox("strategy", names, index=names.index("fft"), key="tu_strategy")
 eps = c[1].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="tu_eps")
 where = c[2].radio("tune on", [f"public proxy: {p}" for p in PUBLIC] + [PRIVATE], key="tu_where", horizontal=True)
 trials = int(c[3].number_input("trials", 2, 500, 12, key="tu_trials"))
@@ -44,7 +44,7 @@ if proxy is None:
 space = {}
 for name, (lo, hi) in DEFAULT_RANGES.items():
     r = st.columns([2, 2, 2, 6])
-    on = r[0].checkbox(f"search {name}", value=name in LR_FOR[strategy], key=f"tu_on_{name}")
+    on = r[0].checkbox(f"search {name}", value=name in strategies.get(strategy).lr_fields, key=f"tu_on_{name}")
     is_int = isinstance(lo, int)
     fmt = "%d" if is_int else "%.4g"
     low = r[1].number_input(f"{name} low", value=lo, format=fmt, key=f"tu_lo_{name}", disabled=not on,
@@ -71,7 +71,7 @@ if base and st.button(f"Launch search ({trials} trials, {workers} workers)", typ
 
 st.subheader("2 · Trials")
 study = studies.pick("tune", "tu_study", "search",
-                     format_func=lambda s: f"{s.study_name} — {figures_tuning.subtitle(s)}")
+                     format_func=lambda s: f"{s.study_name} — {figures.tuning.subtitle(s)}")
 if study is None:
     st.info("No search yet: launch one above (or `python -m dpviz tune … --proxy glyphs`).")
     st.stop()
@@ -88,12 +88,12 @@ def render_trials():
         st.warning(f"{n_private} trials of this search trained on the private data: the search as a whole "
                    "spent privacy that the per-run ε values below do not include.", icon=":material/warning:")
     cols = st.columns(3)
-    for col, kind in zip(cols, figures_tuning.KINDS):
-        col.plotly_chart(figures_tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
+    for col, kind in zip(cols, figures.tuning.KINDS):
+        col.plotly_chart(figures.tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
     if rows.empty:
         return
     st.dataframe(rows.sort_values("test_accuracy", ascending=False), hide_index=True, key="tu_table")
-    fig = figures_tuning.tuning_figure(study, "history")
+    fig = figures.tuning.tuning_figure(study, "history")
     runs.render_export(fig, rows, [study.user_attrs["base"]], f"dpviz_tuning_{name}", "exp-tuning")
 
 

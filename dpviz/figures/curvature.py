@@ -6,12 +6,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figures import DASHES, TEMPLATE, color
-from .figures_analyses import _layout
+from .style import ACCOUNTANT_COLORS, DASHES, color, layout as _layout
 
 TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (sampling noise)"),
          ("decelerator", "σ²C²·tr(H)/(B²c²) (decelerator)"))
-ACCOUNTANT_COLORS = {"rdp": "#1f77b4", "gdp": "#2ca02c", "prv": "#d62728"}
 
 
 def trace_figure(df: pd.DataFrame) -> go.Figure:

@@ -1,4 +1,4 @@
-"""Figures of the representation analyses, in the style of `dpviz.figures`."""
+"""Figures of the representation analyses (law of separation, per-layer heatmaps, embeddings)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .figures import DASHES, TEMPLATE, color, eps_text
-
-PRIVATE = "statistics of private data, not covered by the DP guarantee"
-
-
-def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 420, **kw) -> go.Figure:
-    kw.setdefault("showlegend", True)
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=height,
-                      margin=dict(t=60, b=50, l=60, r=20), uirevision="keep", **kw)
-    return fig
+from .style import DASHES, PRIVATE, color, eps_text, layout as _layout  # noqa: F401  (PRIVATE: pages' caption)
 
 
 def law_plot(series: list[dict], quantity: str) -> go.Figure:

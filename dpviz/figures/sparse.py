@@ -7,45 +7,33 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figures import TEMPLATE, eps_text
-from .figures_analyses import _layout
-
-METHODS = {"sparta": ("SPARTA (private rows)", "#ff7f0e", "circle"),
-           "magnitude": ("top-s by public magnitude", "#1f77b4", "square"),
-           "random": ("random rows", "#7f7f7f", "diamond"), "bias": ("head + biases (DP-BiTFiT)", "#2ca02c", "x"),
-           "norm": ("head + norm layers", "#9467bd", "cross"), "fft": ("full DP-FFT", "#d62728", "star")}
+from .style import GREY, color, eps_order, eps_text, layout as _layout
 
 
-def method_of(row) -> str:
-    return "fft" if row["strategy"] == "fft" else row["selection"]
-
-
-def profile_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± std over seeds per (ε, method, s), with the trainable percentage (FFT: 100 %)."""
-    df = rows.copy()
-    df["method"] = df.apply(method_of, axis=1)
-    tf = df["trainable_fraction"] if "trainable_fraction" in df else pd.Series(np.nan, index=df.index)
-    df["trainable_pct"] = np.where(df["method"] == "fft", 100.0, 100.0 * tf.astype(float))
-    g = df.groupby(["epsilon", "method", "sparsity"], dropna=False).agg(
-        test_accuracy=("test_accuracy", "mean"), std=("test_accuracy", "std"), seeds=("test_accuracy", "count"),
-        trainable_pct=("trainable_pct", "mean")).reset_index()
-    return g.fillna({"std": 0.0})
+def _methods() -> dict:
+    """Method → (legend name, colour, marker); strategies keep their registry colour."""
+    return {"sparta": ("SPARTA (private rows)", color("sparse"), "circle"),
+            "magnitude": ("top-s by public magnitude", "#1f77b4", "square"),
+            "random": ("random rows", GREY, "diamond"), "bias": ("head + biases (DP-BiTFiT)", "#2ca02c", "x"),
+            "norm": ("head + norm layers", "#9467bd", "cross"), "fft": ("full DP-FFT", color("fft"), "star"),
+            "lora": ("DP-LoRA (rank r)", color("lora"), "triangle-up")}
 
 
 def profile_figure(table: pd.DataFrame) -> go.Figure:
     """Test accuracy against % trainable backbone parameters, one panel per ε (seed 003's figures)."""
-    eps = sorted(table["epsilon"].unique(), key=lambda e: float("inf") if e is None else float(e))
+    eps = eps_order(table["epsilon"].unique())
     fig = make_subplots(rows=1, cols=len(eps), shared_yaxes=True,
                         subplot_titles=[f"ε = {eps_text('inf' if e is None else e)}" for e in eps])
     for j, e in enumerate(eps, start=1):
         t = table[table["epsilon"] == e]
-        for m, (name, colour, symbol) in METHODS.items():
+        for m, (name, colour, symbol) in _methods().items():
             g = t[t["method"] == m].sort_values("trainable_pct")
             if g.empty:
                 continue
+            hover = [f"r = {r:g}" for r in g["lora_rank"]] if m == "lora" and "lora_rank" in g else None
             fig.add_trace(go.Scatter(x=g["trainable_pct"], y=g["test_accuracy"], name=name, legendgroup=m,
                                      showlegend=j == 1, mode="lines+markers" if len(g) > 1 else "markers",
-                                     error_y=dict(type="data", array=g["std"]),
+                                     error_y=dict(type="data", array=g["std"]), hovertext=hover,
                                      marker=dict(color=colour, symbol=symbol, size=10), line=dict(color=colour)),
                           row=1, col=j)
     fig.update_xaxes(type="log", title="% of backbone parameters trained")
@@ -63,13 +51,13 @@ def mask_figure(mask: dict[str, list[int]], rows_per_layer: dict[str, int], titl
         sel = np.zeros(r)
         sel[mask.get(n, [])] = 1
         img[:, j] = sel[(np.arange(h) * r) // h]  # nearest-row stretch so every layer spans the height
-    fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, "#f0f0f0"], [1, "#ff7f0e"]], showscale=False,
+    fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, "#f0f0f0"], [1, color("sparse")]], showscale=False,
                                hovertemplate="layer %{x}<br>row position %{y}<extra></extra>"))
     fig.update_yaxes(title="row (output neuron / filter), stretched per layer", autorange="reversed")
     return _layout(fig, f"Selected rows per layer — {title_run}", "layer", None, height=420, showlegend=False)
 
 
 def layer_fraction_figure(fractions: dict[str, float], title_run: str) -> go.Figure:
-    fig = go.Figure(go.Bar(x=list(fractions), y=[100 * v for v in fractions.values()], marker_color="#ff7f0e"))
+    fig = go.Figure(go.Bar(x=list(fractions), y=[100 * v for v in fractions.values()], marker_color=color("sparse")))
     return _layout(fig, f"Share of each layer's rows that train — {title_run}", "layer", "% rows trained",
                    height=320, showlegend=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import optuna
 import plotly.graph_objects as go
 
-from .figures import TEMPLATE, eps_text
+from .style import TEMPLATE, eps_text
 
 KINDS = ("history", "importance", "parallel")
 MIN_TRIALS = {"history": 1, "importance": 2, "parallel": 2}  # fANOVA and the axes need ≥ 2 finished trials

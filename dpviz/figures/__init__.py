@@ -1,0 +1,26 @@
+"""Every dpviz figure, built from result tables (`dpviz.results`) or studies, in one style.
+
+``figures.metric_curves(...)`` and the other run figures are here; subjects have their
+module: ``figures.analyses``, ``figures.curvature``, ``figures.sparse``, ``figures.tuning``
+(imported on first use: the tuning figures need Optuna). `style` holds the palette (strategy
+colours from the registry), layout, labels and captions that all of them use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .runs import band_curves, metric_curves, utility_curve
+from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, with_caption
+
+_SUBJECTS = ("analyses", "curvature", "sparse", "tuning")
+
+
+def __getattr__(name: str):
+    if name in _SUBJECTS:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "metric_curves",
+           "utility_curve", "with_caption", *_SUBJECTS]
