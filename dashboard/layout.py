@@ -21,7 +21,6 @@ PAGES = (
 )
 
 
-
 def page_setup(title: str, intro: str) -> None:
     """Page config, shared sidebar and the page's heading with its explanation.
 
@@ -46,6 +45,11 @@ def render_sidebar() -> None:
         st.divider()
         active = jm.active()
         st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active")
+
+
+def input_error(e: Exception) -> None:
+    """An error box naming the field that bad input was for."""
+    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
 
 
 def reading(text: str) -> None:

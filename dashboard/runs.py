@@ -67,8 +67,8 @@ def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: 
 
     ``private`` marks analyses of private data: the caption then says that the DP guarantee does not cover them.
     """
-    caption = results.caption(configs) + (" — statistics of private data, NOT covered by the DP guarantee"
-                                          if private else "")
+    caption = results.caption(configs)
+    caption = figures.private_caption(caption) if private else caption
     cols = st.columns(5)
     for col, fmt in zip(cols, export.FORMATS):
         col.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),

@@ -1,7 +1,9 @@
 """Plain, JSON/CSV-ready views of stored runs for figures, pages and notebooks.
 
-Everything here reads the store and returns pandas DataFrames or dicts; no
-plotting, no Streamlit.
+Everything here reads the store and returns pandas DataFrames or dicts — the
+tables figures are built from, the "matching run" (twin) lookups, and the
+one-line readings and verdicts pages print under their figures; no plotting,
+no Streamlit.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from .store import Store
@@ -76,6 +79,25 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def stored_ids(store: Store, run_ids) -> list[str]:
+    """The ids of ``run_ids`` that are still in the store, in their order.
+
+    A sweep's table names every run it finished, including runs deleted since.
+
+    Args:
+        store: the run store.
+        run_ids: run ids, e.g. a sweep table's ``run_id`` column.
+    """
+    have = {r["run_id"] for r in store.list_runs()}
+    return [r for r in run_ids if r in have]
+
+
+def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list[dict]:
+    """Stored runs of ``strategy``, newest first (only finished ones when ``finished_only``)."""
+    return [r for r in reversed(store.list_runs())
+            if r["config"]["strategy"] == strategy and (r["status"] == "finished" or not finished_only)]
+
+
 def caption(configs: list[dict]) -> str:
     """One-line description of the runs behind a figure, for exported images."""
     parts = []
@@ -127,6 +149,54 @@ def layer_table(store: Store, run_id: str, name: str, field: str) -> pd.DataFram
         if res is not None:
             rows += [{"step": step, "layer": l, "value": v} for l, v in enumerate(res[field])]
     return pd.DataFrame(rows, columns=["step", "layer", "value"])
+
+
+def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
+               checkpoint: str = "last") -> tuple[list[dict], list[tuple[str, int]]]:
+    """Per-layer values of a cached law analysis at one checkpoint of each run, with the fit, for `law_plot`.
+
+    Args:
+        store: the run store.
+        run_ids: runs with feature checkpoints.
+        name: the analysis ("separability" or "residual").
+        field: its per-layer field ("fuzziness" or "residual").
+        checkpoint: "last" or "first" feature checkpoint of each run.
+
+    Returns:
+        The series (label, strategy, epsilon, values, rho, intercept, r2, pearson_r) of the runs whose
+        result is cached, and the (run_id, step) checkpoints of the others, to queue for analysis.
+    """
+    out, missing = [], []
+    for rid in run_ids:
+        steps = store.feature_steps(rid)
+        if not steps:
+            continue
+        res = cached_analysis(store, rid, steps[-1] if checkpoint == "last" else steps[0], name)
+        if res is None:
+            missing += [(rid, s) for s in steps]
+            continue
+        run = store.get_run(rid)
+        out.append({"label": run_label(run) + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
+                    "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
+                    "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"]})
+    return out, missing
+
+
+def law_table(series: list[dict]) -> pd.DataFrame:
+    """One row per `law_series` item: run, ρ, R², Pearson r and the value at each layer (``l=0`` … )."""
+    return pd.DataFrame([{"run": s["label"], "rho": s["rho"], "R²": s["r2"], "Pearson r": s["pearson_r"],
+                          **{f"l={i}": v for i, v in enumerate(s["values"])}} for s in series])
+
+
+def embedding_frames(maps: list[dict]) -> list[tuple]:
+    """(step, coords (N, 2), labels (N,)) per cached embedding result, for `embedding_map`."""
+    return [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
+
+
+def embedding_table(frames: list[tuple]) -> pd.DataFrame:
+    """The points of `embedding_frames` as one long table: step, x, y, label."""
+    return pd.DataFrame([{"step": s, "x": c[0], "y": c[1], "label": int(lab)}
+                         for s, cs, ls in frames for c, lab in zip(cs, ls)], columns=["step", "x", "y", "label"])
 
 
 CURVATURE_FIELDS = ("trace", "stderr", "probes", "gtg", "gthg", "tr_h_sigma", "clip_factor", "dominant",
@@ -275,6 +345,17 @@ def accountants_reading(rows: pd.DataFrame) -> str:
             f"{rows['sigma2_over_b'].max() / rows['sigma2_over_b'].min():.2f}× over these B.")
 
 
+def batch_prediction_reading(pred: dict, used_batch_size: int) -> str:
+    """The batch size the curvature formula predicts as best (a `predict_batch_size` result) vs the one used."""
+    return (f"the formula predicts B = {pred['best_batch_size']} as best for this run's budget "
+            f"(it used B = {used_batch_size}); a local prediction from one checkpoint, not a simulation.")
+
+
+def switch_step(run: dict) -> int | None:
+    """The step at which a continual run switched from public to private data (None before it has)."""
+    return ((run["summary"] or {}).get("public_phase") or {}).get("step")
+
+
 # --- readings of the budget, distortion, separability and compare figures ----------
 def budget_reading(rows: pd.DataFrame) -> str:
     """The best LP share per ε (mean over seeds) and whether it grows as ε shrinks, as seeds 000/001 predict.
@@ -321,4 +402,5 @@ def best_run_reading(table: pd.DataFrame) -> str | None:
     b = done.iloc[0]
     spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
         else f"ε spent {b['epsilon_spent']:.3f}"
-    return f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} at ε = {b['epsilon']} ({spent})."
+    return (f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} "
+            f"at ε = {b['epsilon']} ({spent}).")

@@ -6,6 +6,7 @@ import streamlit as st
 from dashboard import analyses, layout, runs, state
 from dpviz import figures, results
 from dpviz.analyses.hessian import predict_batch_size
+from dpviz.config import ACCOUNTANTS
 from dpviz.privacy.accounting import sigma_by_batch_size
 
 layout.page_setup("Accountants", r"""
@@ -48,7 +49,7 @@ if not labels:
     st.info("No run has checkpoints yet: launch one on the Curvature page.")
     st.stop()
 pred_run = st.selectbox("run", list(labels), format_func=labels.get, key="cu_pred_run")
-acc = st.radio("accountant", ["prv", "rdp", "gdp"], horizontal=True, key="cu_pred_acc")
+acc = st.radio("accountant", ACCOUNTANTS, horizontal=True, key="cu_pred_acc")
 steps = store.feature_steps(pred_run)
 res = results.cached_analysis(store, pred_run, steps[-1], "hessian") if steps else None
 cfg = store.get_run(pred_run)["config"]
@@ -63,6 +64,5 @@ else:
                     tuple(b for b in sorted(a_bs) if b <= a_n))
     fig_p = figures.curvature.batch_prediction_figure(pred, labels[pred_run])
     st.plotly_chart(fig_p, key="cu_pred")
-    layout.reading(f"the formula predicts B = {pred['best_batch_size']} as best for this run's budget "
-                   f"(it used B = {cfg['batch_size']}); a local prediction from one checkpoint, not a simulation.")
+    layout.reading(results.batch_prediction_reading(pred, cfg["batch_size"]))
 

@@ -53,9 +53,7 @@ name = study.study_name
 
 @st.fragment(run_every=2.0)
 def render_curve():
-    rows = pd.DataFrame(sweeps.table(study))
-    total = len(study.get_trials(deepcopy=False))
-    st.progress(len(rows) / max(total, 1), text=f"{len(rows)} of {total} points finished")
+    rows = studies.progress(study, "points")
     if rows.empty:
         return
     fig = figures.utility_curve(rows)
@@ -63,17 +61,9 @@ def render_curve():
     cols[0].plotly_chart(fig, key="bu_curve")
     cols[1].plotly_chart(figures.utility_curve(rows, "test_loss"), key="bu_curve_loss")
     store = state.store()
-    configs = [store.get_run(r)["config"] for r in rows["run_id"] if _stored(store, r)]
+    configs = [store.get_run(r)["config"] for r in results.stored_ids(store, rows["run_id"])]
     runs.render_export(fig, rows, configs, f"dpviz_utility_{name}", "exp-utility")
     layout.reading(results.budget_reading(rows))
-
-
-def _stored(store, run_id):
-    try:
-        store.get_run(run_id)
-        return True
-    except DpvizError:
-        return False
 
 
 render_curve()
@@ -82,7 +72,7 @@ st.subheader("3 · Training curves at one LP fraction")
 rows = pd.DataFrame(sweeps.table(study))
 if len(rows):
     p = st.select_slider("LP fraction", sorted(rows["lp_fraction"].unique()), key="bu_slider")
-    ids = [r for r in rows[rows["lp_fraction"] == p]["run_id"] if _stored(state.store(), r)]
+    ids = results.stored_ids(state.store(), rows[rows["lp_fraction"] == p]["run_id"])
     if ids:
         df = results.curves(state.store(), ids)
         fig = figures.metric_curves(df, "test_accuracy")

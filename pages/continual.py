@@ -30,7 +30,7 @@ try:
                       switch_step=-1 if k_mode == "automatic" else k_step,
                       **({"lr_ft": 0.001} if k_opt == "adamw" else {}))
 except DpvizError as e:
-    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+    layout.input_error(e)
     k_cfg = None
 if k_cfg and st.button("Launch continual and pure DP-FFT at this budget", key="cu_k_launch"):
     jm = state.job_manager()
@@ -38,7 +38,7 @@ if k_cfg and st.button("Launch continual and pure DP-FFT at this budget", key="c
     jm.submit(k_cfg.replace(strategy="fft"))
     st.toast("Launched the pair")
 
-pairs = [r for r in reversed(store.list_runs()) if r["config"]["strategy"] == "continual"]
+pairs = results.runs_of(store, "continual")
 if pairs:
     pick = st.selectbox("continual run", [r["run_id"] for r in pairs], key="cu_k_pick",
                         format_func=lambda rid: results.run_label(store.get_run(rid)) + f" · {store.get_run(rid)['status']}")
@@ -51,7 +51,7 @@ if pairs:
         ids = [pick] + twins[-1:]
         df = results.curves(store, ids, ["test_accuracy", "epsilon"])
         fig = figures.metric_curves(df, "test_accuracy")
-        switch = (store.get_run(pick)["summary"] or {}).get("public_phase", {}).get("step")
+        switch = results.switch_step(store.get_run(pick))
         if switch is not None:
             fig.add_vline(x=switch, line_dash="dot", annotation_text="public → private")
         st.plotly_chart(fig, key="cu_pair")

@@ -1,6 +1,5 @@
 """Feature distortion: kNN accuracy of backbone features over training, and aligned feature maps."""
 
-import numpy as np
 import streamlit as st
 
 from dashboard import analyses, layout, runs, state
@@ -56,11 +55,9 @@ maps = [analyses.request(run_id, "embedding", s, method=method) for s in steps]
 if any(m is None for m in maps):
     st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… reload in a moment.")
 else:
-    frames = [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
+    frames = results.embedding_frames(maps)
     fig = figures.analyses.embedding_map(frames, labels[run_id], method)
     st.plotly_chart(fig, key="fd_map")
-    rows = [{"step": s, "x": c[0], "y": c[1], "label": int(lab)} for s, cs, ls in frames for c, lab in zip(cs, ls)]
-    import pandas as pd
-    runs.render_export(fig, pd.DataFrame(rows), [store.get_run(run_id)["config"]], "dpviz_feature_map", "exp-map",
-                       private=True)
+    runs.render_export(fig, results.embedding_table(frames), [store.get_run(run_id)["config"]], "dpviz_feature_map",
+                       "exp-map", private=True)
     layout.reading("use the step slider (or ▶) to watch the classes separate or smear as training goes on.")

@@ -1,6 +1,5 @@
 """Separability law: per-layer fuzziness and prediction residual, their geometric fit, over training."""
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import analyses, layout, runs, state
@@ -32,34 +31,19 @@ which = st.radio("checkpoint", ["last", "first"], horizontal=True, key="sl_ckpt"
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
 
 
-def series(name: str, field: str) -> list[dict]:
-    out = []
-    for rid in chosen:
-        steps = store.feature_steps(rid)
-        res = results.cached_analysis(store, rid, steps[-1] if which == "last" else steps[0], name)
-        if res is None:
-            analyses.queue_missing([(rid, s) for s in steps])
-            continue
-        run = store.get_run(rid)
-        out.append({"label": results.run_label(run) + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
-                    "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
-                    "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"]})
-    return out
-
-
 @st.fragment(run_every=2.0 if live else None)
 def render_law():
     configs = [store.get_run(r)["config"] for r in chosen]
     for name, field, quantity in (("separability", "fuzziness", "fuzziness D_l"),
                                   ("residual", "residual", "prediction residual PR_l")):
-        ss = series(name, field)
+        ss, missing = results.law_series(store, chosen, name, field, checkpoint=which)
+        analyses.queue_missing(missing)
         if not ss:
             st.info(f"{quantity}: being computed…")
             continue
         fig = figures.analyses.law_plot(ss, quantity)
         st.plotly_chart(fig, key=f"sl_{name}")
-        table = pd.DataFrame([{"run": s["label"], "rho": s["rho"], "R²": s["r2"], "Pearson r": s["pearson_r"],
-                               **{f"l={i}": v for i, v in enumerate(s["values"])}} for s in ss])
+        table = results.law_table(ss)
         st.dataframe(table, hide_index=True, key=f"sl_table_{name}")
         runs.render_export(fig, table, configs, f"dpviz_{field}_per_layer", f"exp-{name}", private=True)
         layout.reading(results.law_reading(ss, quantity))

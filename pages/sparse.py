@@ -1,6 +1,5 @@
 """Sparse fine-tuning: SPARTA and fixed sparse baselines; the accuracy / trainable-parameter profile."""
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
@@ -44,7 +43,7 @@ try:
     for p in points:
         RunConfig.from_dict({**base.to_dict(), **p})
 except DpvizError as e:
-    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+    layout.input_error(e)
     base = None
 if base and st.button(f"Launch profile sweep ({len(points)} runs, {workers} workers)", type="primary",
                       key="sp_launch"):
@@ -57,9 +56,7 @@ if study is not None:
 
     @st.fragment(run_every=2.0)
     def render_profile():
-        rows = pd.DataFrame(sweeps.table(study))
-        total = len(study.get_trials(deepcopy=False))
-        st.progress(len(rows) / max(total, 1), text=f"{len(rows)} of {total} runs finished")
+        rows = studies.progress(study, "runs")
         if rows.empty:
             return
         table = results.profile_table(rows)
@@ -75,7 +72,7 @@ else:
 
 
 st.subheader("3 · Which rows were selected, and what a masked step costs")
-sparse_runs = [r for r in reversed(store.list_runs()) if r["config"]["strategy"] == "sparse" and r["status"] == "finished"]
+sparse_runs = results.runs_of(store, "sparse", finished_only=True)
 if not sparse_runs:
     st.caption("No finished sparse run yet.")
     st.stop()

@@ -2,7 +2,6 @@
 
 import math
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
@@ -23,8 +22,10 @@ glyphs that dpviz generates from stroke templates, resembling the embedded digit
 the hyperparameters suit the same noise), then launch the best configuration once on the private data.
 """)
 
-DEFAULT_RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3), "clip_norm": (0.1, 10.0),
-                  "batch_size": (64, 1024), "epochs": (5, 40)}
+LR_RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}  # the head tolerates far larger steps than the backbone
+# every learning rate some registered strategy declares, then the fields all strategies share
+DEFAULT_RANGES = {**{f: LR_RANGES.get(f, (1e-4, 1.0)) for n in strategies.names() for f in strategies.get(n).lr_fields},
+                  "clip_norm": (0.1, 10.0), "batch_size": (64, 1024), "epochs": (5, 40)}
 PRIVATE = "private data (costs privacy not in any run's ε)"
 
 st.subheader("1 · Search")
@@ -60,14 +61,14 @@ try:
     base = RunConfig(strategy=strategy, epsilon=eps)
     sweeps.check_space(space)
 except DpvizError as e:
-    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+    layout.input_error(e)
     base = None
 if base and st.button(f"Launch search ({trials} trials, {workers} workers)", type="primary", key="tu_launch"):
     try:
         studies.launch(sweeps.create_search(base, space, trials=trials, proxy=proxy, cache_dir=state.store().root),
                        workers, "tu_study", "Search")
     except DpvizError as e:
-        st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+        layout.input_error(e)
 
 st.subheader("2 · Trials")
 study = studies.pick("tune", "tu_study", "search",
@@ -80,9 +81,7 @@ name = study.study_name
 
 @st.fragment(run_every=2.0)
 def render_trials():
-    rows = pd.DataFrame(sweeps.table(study))
-    budget = study.user_attrs.get("n_trials", len(rows))
-    st.progress(min(len(rows) / max(budget, 1), 1.0), text=f"{len(rows)} of {budget} trials finished")
+    rows = studies.progress(study, "trials", total=study.user_attrs.get("n_trials"))
     n_private = sweeps.private_trials(study)
     if n_private:
         st.warning(f"{n_private} trials of this search trained on the private data: the search as a whole "

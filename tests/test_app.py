@@ -69,11 +69,14 @@ def test_form_shows_exactly_the_strategys_fields(strategy, app_env):
     at = open_page("pages/runs.py")
     at.selectbox(key="f_strategy").set_value(strategy).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    keys = {w.key for kind in ("slider", "number_input", "selectbox") for w in getattr(at, kind)}
+    keys = {w.key for kind in ("slider", "select_slider", "number_input", "selectbox", "radio", "checkbox",
+                               "text_input") for w in getattr(at, kind)}
     cls = strategies.get(strategy)
     own = {f"f_{p.name}" for p in cls.params} | {f"f_{f}" for f in cls.lr_fields}
-    others = {f"f_{p.name}" for c in strategies.REGISTRY.values() for p in c.params} | {"f_lr_lp", "f_lr_ft"}
-    assert own <= keys and not (others - own) & keys, (own, keys)
+    every = {f"f_{f}" for name in strategies.names()
+             for f in [p.name for p in strategies.get(name).params] + list(strategies.get(name).lr_fields)}
+    assert own <= keys, own - keys
+    assert not (every - own) & keys, (every - own) & keys  # no other strategy's field or learning rate
     assert "σ =" in at.info[0].value
 
 

@@ -120,3 +120,100 @@ def test_matching_run_finds_the_newest_finished_twin(tmp_path):
     stored(fft.replace(seed=1), True)  # another seed is no twin
     done = stored(fft, True)
     assert results.matching_run(store, run, strategy="fft")["run_id"] == done
+
+
+def test_profile_table_without_lora_columns_still_groups_by_sparsity():
+    rows = profile_rows().query("strategy != 'lora'").drop(columns=["lora_rank"])
+    t = results.profile_table(rows)
+    assert t["lora_rank"].isna().all() and set(t["method"]) == {"sparta", "random", "fft"}
+    assert t[t["method"] == "sparta"]["trainable_pct"].tolist() == pytest.approx([21.8])
+
+
+def test_step_time_reading_uses_the_sparse_phase_only(tmp_path):
+    store = Store(tmp_path)
+    cfg = RunConfig(strategy="sparse", epsilon=2.0)
+    sid = store.create_run(cfg.hash(), cfg.to_json(), 10)
+    phases = [{"name": "head", "steps": 2}, {"name": "select", "steps": 3}, {"name": "sparse", "steps": 5}]
+    store.finish_run(sid, "finished", summary={"phases": phases})
+    # head and selection steps are slow; the masked steps 6..10 take 10, 11, 12, 13, 14 ms (median 12)
+    store.log_metrics(sid, [(s, "step_ms", 100.0 if s <= 5 else 4.0 + s) for s in range(1, 11)])
+    fft = cfg.replace(strategy="fft")
+    fid = store.create_run(fft.hash(), fft.to_json(), 10)
+    store.finish_run(fid, "finished", summary={"phases": [{"name": "fft", "steps": 10}]})
+    store.log_metrics(fid, [(s, "step_ms", 24.0) for s in range(1, 11)])
+    assert results.step_time_ms(store, sid, "sparse") == 12.0 and results.step_time_ms(store, sid, "lp") is None
+    text = results.step_time_reading(store, sid, fid, "sparse", "masked")
+    assert text.startswith("median masked step 12.0 ms vs dense DP-FFT step 24.0 ms") and "0.50×" in text
+    empty = store.create_run(fft.replace(seed=3).hash(), fft.replace(seed=3).to_json(), 10)
+    assert results.step_time_reading(store, sid, empty, "sparse", "masked") is None  # no step times: no reading
+
+
+def test_curvature_reading_names_the_dominant_term_at_each_runs_last_checkpoint():
+    planted = (("a", 5, "sampling", 0.5), ("a", 10, "decelerator", 9.0), ("b", 4, "curvature", 0.1))
+    df = pd.DataFrame([{"run_id": r, "label": r, "step": s, "dominant": dom, "decelerator": dec, "curvature": 1.0,
+                        "sampling": 2.0} for r, s, dom, dec in planted])
+    text = results.curvature_reading(df)
+    assert "a at step 10: decelerator dominates D (decelerator 9 vs GᵀHG 1, tr(HΣ)/B 2)" in text
+    assert "b at step 4: curvature dominates D" in text and "step 5" not in text
+
+
+def test_batch_prediction_reading_and_switch_step():
+    pred = {"best_batch_size": 256, "total_improvement": {64: 1.0, 256: 2.0}}
+    assert results.batch_prediction_reading(pred, 512).startswith("the formula predicts B = 256 as best for this "
+                                                                   "run's budget (it used B = 512)")
+    assert results.switch_step({"summary": None}) is None  # still training
+    assert results.switch_step({"summary": {"phases": []}}) is None  # not a continual run
+    assert results.switch_step({"summary": {"public_phase": {"step": 37, "reason": "threshold"}}}) == 37
+
+
+def test_law_series_reads_the_chosen_checkpoint_and_reports_the_missing(tmp_path):
+    import json
+
+    import numpy as np
+
+    from dpviz.analyses import REGISTRY
+
+    store = Store(tmp_path)
+    cfgs = [RunConfig(strategy="partial", epsilon=1.0, seed=s) for s in (0, 1)]
+    ids = [store.create_run(c.hash(), c.to_json(), 10) for c in cfgs]
+    for rid in ids:
+        for step in (2, 8):
+            store.save_features(rid, step, {"labels": np.zeros(3)})
+    params = json.dumps(REGISTRY["separability"].params, sort_keys=True)
+    for step, vals in ((2, [4.0, 2.0, 1.0]), (8, [8.0, 2.0, 0.5])):  # only the first run is analysed
+        res = {"step": step, "fuzziness": vals, "rho": vals[1] / vals[0], "intercept": vals[0], "r2": 0.99,
+               "pearson_r": -0.9}
+        store.put_analysis(ids[0], step, "separability", params, res)
+    ss, missing = results.law_series(store, ids, "separability", "fuzziness")
+    assert [s["values"] for s in ss] == [[8.0, 2.0, 0.5]] and ss[0]["rho"] == 0.25
+    assert ss[0]["label"].endswith(f"[{ids[0]}] @ step 8") and ss[0]["strategy"] == "partial"
+    assert missing == [(ids[1], 2), (ids[1], 8)]
+    first, _ = results.law_series(store, ids, "separability", "fuzziness", checkpoint="first")
+    assert first[0]["values"] == [4.0, 2.0, 1.0]
+    table = results.law_table(ss)
+    assert list(table.columns) == ["run", "rho", "R²", "Pearson r", "l=0", "l=1", "l=2"]
+    assert table.loc[0, "l=2"] == 0.5
+
+
+def test_stored_ids_and_runs_of_skip_deleted_and_other_strategies(tmp_path):
+    store = Store(tmp_path)
+    ids = []
+    for strategy, seed in (("continual", 0), ("fft", 0), ("continual", 1)):
+        c = RunConfig(strategy=strategy, seed=seed)
+        ids.append(store.create_run(c.hash(), c.to_json(), 10))
+    store.finish_run(ids[0], "finished", summary={})
+    store.finish_run(ids[1], "cancelled")
+    store.delete_run(ids[1])
+    assert results.stored_ids(store, [ids[2], "gone", ids[1], ids[0]]) == [ids[2], ids[0]]
+    assert [r["run_id"] for r in results.runs_of(store, "continual")] == [ids[2], ids[0]]  # newest first
+    assert [r["run_id"] for r in results.runs_of(store, "continual", finished_only=True)] == [ids[0]]
+
+
+def test_embedding_table_flattens_frames():
+    import numpy as np
+
+    frames = results.embedding_frames([{"step": 3, "coords": [[0.0, 1.0], [2.0, 3.0]], "labels": [1, 0]},
+                                       {"step": 6, "coords": [[4.0, 5.0]], "labels": [2]}])
+    assert isinstance(frames[0][1], np.ndarray) and frames[0][1].shape == (2, 2)
+    t = results.embedding_table(frames)
+    assert t.values.tolist() == [[3, 0.0, 1.0, 1], [3, 2.0, 3.0, 0], [6, 4.0, 5.0, 2]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from .runs import band_curves, metric_curves, utility_curve
-from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, with_caption
+from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
 _SUBJECTS = ("analyses", "curvature", "sparse", "tuning")
 
@@ -23,4 +23,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "metric_curves",
-           "utility_curve", "with_caption", *_SUBJECTS]
+           "private_caption", "utility_curve", "with_caption", *_SUBJECTS]

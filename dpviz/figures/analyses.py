@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import DASHES, PRIVATE, color, eps_text, layout as _layout  # noqa: F401  (PRIVATE: pages' caption)
+from .style import CLASS_COLORS, DASHES, color, eps_text, layout as _layout
 
 
 def law_plot(series: list[dict], quantity: str) -> go.Figure:
@@ -44,8 +44,7 @@ def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figu
 def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: str, method: str) -> go.Figure:
     """Scatter of 2-D maps per checkpoint, coloured by class, with a step slider that animates them."""
     classes = sorted({int(c) for _, _, lab in frames for c in lab})
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf"]
+    palette = CLASS_COLORS
 
     def traces(coords, labels):
         return [go.Scatter(x=coords[labels == c, 0], y=coords[labels == c, 1], mode="markers", name=f"class {c}",

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import ACCOUNTANT_COLORS, DASHES, color, layout as _layout
+from .style import ACCOUNTANT_COLORS, BEST, DASHES, color, layout as _layout
 
 TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (sampling noise)"),
          ("decelerator", "σ²C²·tr(H)/(B²c²) (decelerator)"))
@@ -70,7 +70,7 @@ def batch_prediction_figure(pred: dict, title_run: str) -> go.Figure:
     best = pred["best_batch_size"]
     if best is not None:
         fig.add_trace(go.Scatter(x=[best], y=[pred["total_improvement"][best]], mode="markers", name=f"best B = {best}",
-                                 marker=dict(symbol="star", size=16, color="#d62728")))
+                                 marker=dict(symbol="star", size=16, color=BEST)))
     fig.update_xaxes(type="log")
     return _layout(fig, f"Predicted loss decrease over the run vs batch size — {title_run}", "batch size B",
                    "predicted total improvement (nats)")

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from .style import DASHES, SERIES, TEMPLATE, color, dash_by_eps, eps_order, eps_text, layout
 from .style import label as axis_label
 
+
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
     name = axis_label(metric).split(" (")[0]

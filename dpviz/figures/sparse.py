@@ -7,15 +7,16 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import GREY, color, eps_order, eps_text, layout as _layout
+from .style import BASELINE_COLORS, UNSELECTED, color, eps_order, eps_text, layout as _layout
 
 
 def _methods() -> dict:
     """Method → (legend name, colour, marker); strategies keep their registry colour."""
+    b = BASELINE_COLORS
     return {"sparta": ("SPARTA (private rows)", color("sparse"), "circle"),
-            "magnitude": ("top-s by public magnitude", "#1f77b4", "square"),
-            "random": ("random rows", GREY, "diamond"), "bias": ("head + biases (DP-BiTFiT)", "#2ca02c", "x"),
-            "norm": ("head + norm layers", "#9467bd", "cross"), "fft": ("full DP-FFT", color("fft"), "star"),
+            "magnitude": ("top-s by public magnitude", b["magnitude"], "square"),
+            "random": ("random rows", b["random"], "diamond"), "bias": ("head + biases (DP-BiTFiT)", b["bias"], "x"),
+            "norm": ("head + norm layers", b["norm"], "cross"), "fft": ("full DP-FFT", color("fft"), "star"),
             "lora": ("DP-LoRA (rank r)", color("lora"), "triangle-up")}
 
 
@@ -30,11 +31,13 @@ def profile_figure(table: pd.DataFrame) -> go.Figure:
             g = t[t["method"] == m].sort_values("trainable_pct")
             if g.empty:
                 continue
-            hover = [f"r = {r:g}" for r in g["lora_rank"]] if m == "lora" and "lora_rank" in g else None
+            ranks = [f"r = {r:g}" for r in g["lora_rank"]] if m == "lora" and "lora_rank" in g else None
+            labels = dict(text=ranks, hovertext=ranks, textposition="top center") if ranks else {}  # r per point
+            mode = ("lines+markers" if len(g) > 1 else "markers") + ("+text" if ranks else "")
             fig.add_trace(go.Scatter(x=g["trainable_pct"], y=g["test_accuracy"], name=name, legendgroup=m,
-                                     showlegend=j == 1, mode="lines+markers" if len(g) > 1 else "markers",
-                                     error_y=dict(type="data", array=g["std"]), hovertext=hover,
-                                     marker=dict(color=colour, symbol=symbol, size=10), line=dict(color=colour)),
+                                     showlegend=j == 1, mode=mode, error_y=dict(type="data", array=g["std"]),
+                                     marker=dict(color=colour, symbol=symbol, size=10), line=dict(color=colour),
+                                     **labels),
                           row=1, col=j)
     fig.update_xaxes(type="log", title="% of backbone parameters trained")
     fig.update_yaxes(title="test accuracy (fraction)", col=1)
@@ -51,7 +54,7 @@ def mask_figure(mask: dict[str, list[int]], rows_per_layer: dict[str, int], titl
         sel = np.zeros(r)
         sel[mask.get(n, [])] = 1
         img[:, j] = sel[(np.arange(h) * r) // h]  # nearest-row stretch so every layer spans the height
-    fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, "#f0f0f0"], [1, color("sparse")]], showscale=False,
+    fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, UNSELECTED], [1, color("sparse")]], showscale=False,
                                hovertemplate="layer %{x}<br>row position %{y}<extra></extra>"))
     fig.update_yaxes(title="row (output neuron / filter), stretched per layer", autorange="reversed")
     return _layout(fig, f"Selected rows per layer — {title_run}", "layer", None, height=420, showlegend=False)

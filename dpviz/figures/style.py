@@ -17,6 +17,13 @@ DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 GREY = "#7f7f7f"
 SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")  # curves that are not strategies
 ACCOUNTANT_COLORS = {"rdp": "#1f77b4", "gdp": "#2ca02c", "prv": "#d62728"}
+BASELINE_COLORS = {"magnitude": "#1f77b4", "random": GREY, "bias": "#2ca02c", "norm": "#9467bd"}
+"""Sparse fine-tuning's fixed-mask baselines (not strategies of their own)."""
+CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf")
+"""One colour per class label of the feature maps."""
+BEST = "#d62728"  # the star marking a predicted best point
+UNSELECTED = "#f0f0f0"  # rows a mask leaves frozen
 LABELS = {
     "loss": "training loss (cross-entropy, nats)", "train_accuracy": "training accuracy (fraction)",
     "test_accuracy": "test accuracy (fraction)", "test_loss": "test loss (cross-entropy, nats)",
@@ -26,7 +33,7 @@ LABELS = {
 }
 """The run metrics a page offers to compare, with their axis labels."""
 ANALYSIS_LABELS = {"knn_accuracy": "kNN accuracy of backbone features (fraction)"}
-PRIVATE = "statistics of private data, not covered by the DP guarantee"
+PRIVATE = "statistics of private data, NOT covered by the DP guarantee"
 
 
 def color(strategy: str) -> str:
@@ -60,6 +67,11 @@ def layout(fig: go.Figure, title: str, x: str | None, y: str | None, height: int
     fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=height,
                       margin=dict(t=60, b=50, l=60, r=20), uirevision="keep", **kw)
     return fig
+
+
+def private_caption(caption: str) -> str:
+    """``caption`` marked as describing statistics of private data, which the DP guarantee does not cover."""
+    return f"{caption} — {PRIVATE}"
 
 
 def with_caption(fig: go.Figure, caption: str) -> go.Figure:
