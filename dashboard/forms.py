@@ -6,8 +6,8 @@ import math
 
 import streamlit as st
 
-from dpviz import engine, strategies
-from dpviz.config import ACCOUNTANTS, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, RunConfig
+from dpviz import autotune, engine, strategies
+from dpviz.config import ACCOUNTANTS, AUTO, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, RunConfig
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -66,6 +66,15 @@ def _model_widgets() -> dict:
 LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
 
 
+def _lr_widget(box, field: str):
+    """A learning rate: "auto" (chosen on public data, the default) or a number the user types."""
+    auto = box.toggle(f"{LR_LABELS.get(field, field)} auto", value=True, key=f"f_{field}_auto",
+                      help="auto: chosen for this ε, B, epochs and strategy on public data only (no privacy spent)")
+    value = box.number_input(LR_LABELS.get(field, field), 1e-5, 100.0, autotune.DEFAULTS[field], format="%.4g",
+                             key=f"f_{field}", disabled=auto, label_visibility="collapsed")
+    return AUTO if auto else value
+
+
 def _training_widgets(strategy: str) -> dict:
     """Shared training fields, and the learning rates the strategy declares."""
     lrs = strategies.get(strategy).lr_fields
@@ -73,8 +82,7 @@ def _training_widgets(strategy: str) -> dict:
     out = {
         "epochs": int(c[0].number_input("epochs", 1, 1000, D["epochs"].default, key="f_epochs")),
         "batch_size": int(c[1].number_input("batch size B", 1, 100000, D["batch_size"].default, key="f_batch")),
-        **{f: c[2 + i].number_input(LR_LABELS.get(f, f), 1e-5, 100.0, D[f].default, format="%.4g", key=f"f_{f}")
-           for i, f in enumerate(lrs)},
+        **{f: _lr_widget(c[2 + i], f) for i, f in enumerate(lrs)},
     }
     c = c[2 + len(lrs):]
     out.update({
@@ -88,8 +96,11 @@ def _training_widgets(strategy: str) -> dict:
     return out
 
 
-def render_run_form() -> tuple[RunConfig | None, dict | None]:
-    """Draw the form; return the validated config and its preview, or show an error box."""
+def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
+    """Draw the form; return the validated config and its preview, or show an error box.
+
+    ``cache_dir``: the store whose proxy searches answer "auto" learning rates.
+    """
     privacy = _privacy_widgets()
     strategy = _strategy_widgets()
     fields = {**privacy, **strategy, **_model_widgets(), **_training_widgets(strategy["strategy"])}
@@ -100,6 +111,7 @@ def render_run_form() -> tuple[RunConfig | None, dict | None]:
         st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
         return None, None
     render_preview(cfg, prev)
+    render_resolution(cfg, cache_dir)
     return cfg, prev
 
 
@@ -118,3 +130,16 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
                 f"({cfg.accountant.upper()}). Phases: {phases}.", icon=":material/lock:")
     else:
         st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")
+
+
+def render_resolution(cfg: RunConfig, cache_dir=None) -> None:
+    """What the "auto" learning rates become for this config, and where they come from, before launch."""
+    if not cfg.auto:
+        return
+    res = autotune.resolve(cfg, cache_dir=cache_dir, search_ok=False)[1].as_dict()  # shipped: < 50 ms
+    if res["source"] == "pending":
+        st.caption(f"Learning rates on auto: {res['note']}.")
+        return
+    vals = ", ".join(f"{LR_LABELS.get(f, f)} = {v:.4g}" for f, v in res["resolved"].items()
+                     if f in strategies.get(cfg.strategy).lr_fields)
+    st.caption(f"Learning rates on auto: {vals or 'none used'} — {res['note']}; no privacy spent on tuning.")

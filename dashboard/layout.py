@@ -18,6 +18,7 @@ PAGES = (
     ("pages/accountants.py", "Accountants", ":material/calculate:"),
     ("pages/continual.py", "Public → private", ":material/swap_horiz:"),
     ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
+    ("pages/reproduction.py", "Reproduction", ":material/fact_check:"),
 )
 
 

@@ -31,7 +31,8 @@ def render_live() -> None:
         c1, c2 = st.columns([6, 1])
         frac = (job.step / job.total_steps) if job.total_steps else 0.0
         acc = job.last.get("test_accuracy")
-        status = job.status if job.run_id or job.done else "preparing (data, backbone, noise calibration)"
+        status = job.status if job.run_id or job.done else (
+            "preparing (" + ("auto learning rates, " if job.cfg.auto else "") + "data, backbone, noise calibration)")
         text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · "
                 f"{status} · step {job.step}/{job.total_steps or '?'}"
                 + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))

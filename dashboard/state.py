@@ -50,3 +50,38 @@ def umap_warmup() -> dict:
 def worker_processes() -> list:
     """Sweep worker processes started by this server (they also finish if the server stops)."""
     return []
+
+
+@st.cache_resource(show_spinner=False)
+def scorecard() -> dict:
+    """This server's one background scorecard run: its thread, progress, rows and cancel event."""
+    import threading
+
+    return {"thread": None, "done": 0, "total": 0, "claim": None, "rows": None, "error": None,
+            "cancel": threading.Event()}
+
+
+def start_scorecard(claims, seeds) -> None:
+    """Run the scorecard in a background thread (finished runs answer from the cache: resumable)."""
+    import threading
+
+    from dpviz import reproduce
+
+    sc = scorecard()
+    if sc["thread"] is not None and sc["thread"].is_alive():
+        return
+    sc.update(done=0, total=0, claim=None, rows=None, error=None)
+    sc["cancel"].clear()
+
+    def progress(done, total, claim):
+        sc.update(done=done, total=total, claim=claim)
+
+    def work():
+        try:
+            sc["rows"] = reproduce.run(claims, seeds=seeds, cache_dir=store().root, progress=progress,
+                                       cancel=sc["cancel"])
+        except Exception as e:  # noqa: BLE001 - shown on the page
+            sc["error"] = f"{type(e).__name__}: {e}"
+
+    sc["thread"] = threading.Thread(target=work, name="dpviz-scorecard", daemon=True)
+    sc["thread"].start()

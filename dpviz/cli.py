@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("run_id")
     fe.add_argument("--step", type=int, default=None)
     fe.add_argument("--out", required=True, help="output .npz file")
+    rp = sub.add_parser("reproduce", help="the reproduction scorecard: each seed paper's headline claims measured "
+                        "on the default task with auto learning rates (resumable: finished runs are reused)")
+    rp.add_argument("--seeds", type=int, default=3, help="seeds per experiment (>= 1; 3 gives mean ± std)")
+    rp.add_argument("--claims", nargs="+", default=None, metavar="ID", help="claim ids (default: all; see --list)")
+    rp.add_argument("--list", action="store_true", help="list the claims and exit")
+    rp.add_argument("--json", action="store_true")
     return p
 
 
@@ -355,12 +361,38 @@ def cmd_strategies(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from . import reproduce
+
+    if args.list:
+        print("\n".join(f"{c.id:<16} [{c.seed}] {c.sentence}  ({c.preset})" for c in reproduce.CLAIMS))
+        return 0
+    unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
+    if unknown:
+        raise ConfigError("claims", f"some of {', '.join(reproduce.REGISTRY)}", unknown[0])
+    if args.seeds < 1:
+        raise ConfigError("seeds", "an integer >= 1", args.seeds)
+
+    def progress(done, total, claim):
+        print(f"\r[{done}/{total}] {claim:<16}", end="", file=sys.stderr, flush=True)
+
+    rows = reproduce.run(args.claims, seeds=tuple(range(args.seeds)), cache_dir=args.cache_dir, progress=progress)
+    print(file=sys.stderr)
+    if args.json:
+        print(_dump(rows))
+    else:
+        for r in rows:
+            print(f"{r['id']:<16} {r['verdict']:<9} {r['claim']}\n{'':<26} {r['reading']}")
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
-                "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies}
+                "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies,
+                "reproduce": cmd_reproduce}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

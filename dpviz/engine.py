@@ -91,6 +91,9 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, li
 
 def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
     """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
+    if cfg.auto:  # a training run needs numbers; `runner.run` resolves "auto" on public data first
+        raise ConfigError(cfg.auto[0], "a number here (resolve auto first: dpviz.autotune.resolve, or dpviz.run)",
+                          "auto")
     device = resolve_device(cfg.device)
     bundle = data.load(cfg)
     _check_delta(cfg, bundle)
@@ -123,6 +126,9 @@ def preview(cfg: RunConfig) -> dict:
     Validates like `prepare` (dataset, δ ≤ 1/n, blocks, weights) but neither
     pretrains nor trains, so forms can show it as the user edits.
     """
+    from .autotune import placeholder
+
+    cfg = placeholder(cfg)  # σ and the steps do not depend on the learning rates
     bundle = data.load(cfg)
     _check_delta(cfg, bundle)
     backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size,

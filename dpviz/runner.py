@@ -20,7 +20,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     """Run ``cfg`` (or return the stored result of an identical finished run).
 
     Args:
-        cfg: the run's configuration.
+        cfg: the run's configuration; learning rates left on "auto" are resolved on a public proxy
+            first (`dpviz.autotune`), and the summary's ``auto`` entry says what they became and from where.
         cache_dir: store location (default ``cache/`` or ``$DPVIZ_CACHE_DIR``).
         store: an open `Store` (overrides ``cache_dir``).
         force: train even if an identical run is stored.
@@ -37,11 +38,18 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
     store = store or Store(cache_dir)
+    auto = {}
+    if cfg.auto:  # learning rates chosen on a public proxy first: no private record is read
+        from . import autotune
+
+        fields = cfg.auto
+        cfg, resolution = autotune.resolve(cfg, cache_dir=store.root, validate=engine.preview)
+        auto = {"auto": {"fields": list(fields), **resolution.as_dict()}}
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
         if on_start:
             on_start(hit["run_id"])
-        return {**hit["summary"], "cached": True}
+        return {**hit["summary"], **auto, "cached": True}  # this request's resolution
     prep = engine.prepare(cfg, cache_dir=store.root)  # every input error is raised here
     run_id = store.create_run(h, cfg.to_json(), prep.total_steps)
     store.update_run(run_id, started=time.time())
@@ -57,6 +65,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
         store.event(run_id, "traceback", traceback.format_exc())
         raise
+    summary = {**summary, **auto}  # stored: `show --json` says where "auto" rates came from
     store.finish_run(run_id, "finished", summary=summary)
     return {**summary, "cached": False}
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import forms, layout, runs
+from dashboard import forms, layout, runs, state
 
 layout.page_setup("Runs", r"""
 Configure a run and watch DP-SGD train it. Each step samples a Poisson batch (rate q = B/n), clips every
@@ -11,10 +11,12 @@ $\tilde g = \frac{1}{qn}\big(\sum_{i\in B} g_i \min(1, C/\lVert g_i\rVert) + \ma
 One noise multiplier σ is calibrated for the **whole** schedule (every phase) so that the accountant's ε never
 exceeds the budget. *LP* trains only the head on frozen features, *FFT* everything from a random head,
 *LP-FFT* spends a share p of the steps on LP first, *partial* tunes the last k blocks.
+Learning rates on **auto** follow ε, B, the epochs and the strategy: they were tuned on public data only
+(generated glyphs), so choosing them spends no privacy.
 """)
 
 st.subheader("1 · Configure")
-cfg, prev = forms.render_run_form()
+cfg, prev = forms.render_run_form(state.store().root)
 if cfg is not None:
     runs.render_launch(cfg)
 

@@ -9,6 +9,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# The suite's runs use short schedules off the shipped "auto" grid: a proxy search per test would
+# dominate its time, so "auto" there takes the fixed defaults; tests/test_autotune.py turns searching on.
+os.environ.setdefault("DPVIZ_AUTO_SEARCH", "off")
+
 import dpviz  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
 

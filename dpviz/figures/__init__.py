@@ -13,7 +13,7 @@ import importlib
 from .runs import band_curves, metric_curves, utility_curve
 from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
-_SUBJECTS = ("analyses", "curvature", "sparse", "tuning")
+_SUBJECTS = ("analyses", "curvature", "reproduce", "sparse", "tuning")
 
 
 def __getattr__(name: str):

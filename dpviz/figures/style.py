@@ -22,6 +22,8 @@ BASELINE_COLORS = {"magnitude": "#1f77b4", "random": GREY, "bias": "#2ca02c", "n
 CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                 "#bcbd22", "#17becf")
 """One colour per class label of the feature maps."""
+VERDICT_COLORS = {"agrees": "#2ca02c", "partly": "#ff7f0e", "does not": "#d62728"}
+"""The scorecard's verdicts."""
 BEST = "#d62728"  # the star marking a predicted best point
 UNSELECTED = "#f0f0f0"  # rows a mask leaves frozen
 LABELS = {

@@ -95,6 +95,8 @@ class Strategy:
         lr_fields: the learning-rate fields its phases use (form, tuning, sweeps).
         grad_sample_modes: per-sample gradient paths it supports.
         min_epochs: the fewest epochs its schedule needs.
+        auto_axes: its own numeric fields that "auto" learning rates interpolate over in the shipped
+            grid (`dpviz.autotune`) instead of keying on them.
     """
 
     name: ClassVar[str]
@@ -104,6 +106,7 @@ class Strategy:
     lr_fields: ClassVar[tuple[str, ...]] = ("lr_ft",)
     grad_sample_modes: ClassVar[tuple[str, ...]] = ("auto", "bk", "hooks")
     min_epochs: ClassVar[int] = 1
+    auto_axes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg):
         self.cfg = cfg

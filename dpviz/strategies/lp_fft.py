@@ -13,6 +13,7 @@ class LinearProbeThenFineTune(Strategy):
 
     name, label, color = "lp-fft", "LP, then full fine-tuning", "#2ca02c"
     lr_fields = ("lr_lp", "lr_ft")
+    auto_axes = ("lp_fraction",)
     params = (Param(name="lp_fraction", label="LP fraction p (share of steps and budget on LP)", low=0.0,
                     high=1.0, step=0.05, help="share p of the steps, and so of the privacy loss, spent on LP"),)
 

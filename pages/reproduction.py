@@ -1,0 +1,60 @@
+"""Reproduction: each seed paper's headline claims, measured here, with a verdict and a reading."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analyses, layout, runs, state
+from dpviz import figures, reproduce
+
+layout.page_setup("Reproduction", r"""
+A scorecard of the papers behind dpviz: every headline claim as a row — the claim, its seed file, the experiment
+that tests it on the default task, what dpviz measures (mean ± std over seeds, learning rates on **auto**, i.e.
+tuned on public data only), a verdict (*agrees* / *partly* / *does not*) and a reading. The experiments are ordinary
+runs in the store: launching again reuses every finished run, so a stopped scorecard resumes where it was.
+""")
+analyses.privacy_banner()  # kNN, separability and curvature rows read private data
+
+st.subheader("1 · Run the scorecard")
+c = st.columns([4, 1, 1])
+claims = c[0].multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims")
+seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds"))
+sc = state.scorecard()
+running = sc["thread"] is not None and sc["thread"].is_alive()
+if c[2].button("Cancel" if running else "Run / resume", type="secondary" if running else "primary", key="re_go"):
+    if running:
+        sc["cancel"].set()
+    elif claims:
+        state.start_scorecard(claims, tuple(range(seeds)))
+        running = True
+
+
+@st.fragment(run_every=2.0 if running else None)
+def render_progress():
+    if sc["thread"] is not None and sc["thread"].is_alive():
+        frac = sc["done"] / sc["total"] if sc["total"] else 0.0
+        st.progress(frac, text=f"{sc['done']} of {sc['total'] or '?'} runs · {sc['claim'] or 'starting'}")
+    elif sc["error"]:
+        st.error(f"The scorecard stopped: {sc['error']}", icon=":material/error:")
+
+
+render_progress()
+
+st.subheader("2 · Claims")
+rows = reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root) if not running else []
+if not rows:
+    st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores).")
+    st.stop()
+table = pd.DataFrame([{"claim": r["id"], "seed file": r["seed_file"], "statement": r["claim"],
+                       "experiment": r["preset"], "verdict": r["verdict"], "reading": r["reading"],
+                       "seeds": r["seeds"]} for r in rows])
+st.dataframe(table, hide_index=True, key="re_table")
+st.download_button("Scorecard as CSV", table.to_csv(index=False), "dpviz_scorecard.csv", key="re_csv")
+for r in rows:
+    with st.expander(f"{r['id']} — {r['verdict']}: {r['claim']}"):
+        fig = figures.reproduce.claim_figure(r)
+        st.plotly_chart(fig, key=f"re_fig_{r['id']}")
+        layout.reading(r["reading"])
+        data = pd.DataFrame([{"group": g, **v} for g, v in r["measured"].items()])
+        configs = [state.store().get_run(i)["config"] for ids in r["run_ids"].values() for i in ids[:1]]
+        runs.render_export(fig, data, configs, f"dpviz_claim_{r['id']}", f"re_exp_{r['id']}",
+                           private=r["private_statistics"])

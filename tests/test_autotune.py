@@ -1,0 +1,120 @@
+"""Learning rates on "auto": chosen on public data under the run's own budget, no private record read."""
+
+import json
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dpviz
+from dpviz import autotune, data
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.store import Store
+
+SMALL = dict(strategy="fft", epochs=2, batch_size=256, eval_every=50)
+
+
+@pytest.fixture
+def searching(monkeypatch):
+    """The suite turns proxy searches off (conftest); these tests search."""
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+
+
+@pytest.fixture
+def no_private_reads(monkeypatch):
+    """Reading the private digits fails: whatever resolves "auto" must not need them."""
+    def refuse(cfg):
+        raise AssertionError("private data read")
+    monkeypatch.setitem(data.LOADERS, "digits", refuse)
+
+
+def test_a_search_reads_no_private_data_is_deterministic_and_cached(searching, no_private_reads, cache_dir):
+    cfg = RunConfig(**SMALL, epsilon=8.0)  # off the shipped grid (2 epochs): searched
+    resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=3)
+    assert res.source == "search" and res.proxy == "glyphs" and res.trials == 3
+    assert 0.001 <= resolved.lr_ft <= 0.3 and resolved.auto == () and resolved.lr_lp == autotune.DEFAULTS["lr_lp"]
+    runs = Store(cache_dir).list_runs()
+    assert len(runs) == 3 and {r["config"]["dataset"] for r in runs} == {"glyphs"}
+    again, res2 = autotune.resolve(cfg.replace(seed=5), cache_dir=cache_dir, trials=3)  # the seed is not in the key
+    assert again.lr_ft == resolved.lr_ft and res2.study == res.study
+    assert len(Store(cache_dir).list_runs()) == 3  # answered from the finished study: nothing trained
+    fresh, _ = autotune.resolve(cfg, cache_dir=cache_dir.parent / "other", trials=3)
+    assert fresh.lr_ft == resolved.lr_ft  # deterministic given TPE's seed
+
+
+def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch):
+    cfg = RunConfig(**SMALL, epsilon=2.0)
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    same, res = autotune.resolve(cfg, cache_dir=cache_dir, search_ok=False)  # what the form shows
+    assert res.source == "pending" and same.auto == ("lr_lp", "lr_ft") and "8 short DP runs on glyphs" in res.note
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "off")
+    fixed, res = autotune.resolve(cfg, cache_dir=cache_dir)
+    assert res.source == "default" and fixed.lr_ft == autotune.DEFAULTS["lr_ft"]
+    assert Store(cache_dir).list_runs() == [] and not (cache_dir / "optuna.journal").exists() or \
+        autotune.study_name(cfg, ["lr_ft"]) not in __import__("optuna").get_all_study_names(
+            dpviz.sweeps.storage(None, cache_dir))
+
+
+PLANTED = [{"epsilon": e, "lp_fraction": p, "values": {"lr_ft": v * (1 + p), "lr_lp": 1.0}}
+           for e, v in (("1", 0.01), ("4", 0.04), ("inf", 0.5)) for p in (0.1, 0.5)]
+
+
+def test_interpolation_is_log_linear_in_epsilon_linear_in_the_axis_and_clamped():
+    f = lambda eps, p=0.1: autotune.interpolate(PLANTED, {"epsilon": eps, "lp_fraction": p}, ("lp_fraction",),
+                                                ["lr_ft"])["lr_ft"]
+    assert f(1.0) == pytest.approx(0.011) and f(4.0) == pytest.approx(0.044)
+    assert f(2.0) == pytest.approx(0.022)  # halfway in log ε: the geometric mean
+    assert f(0.1) == pytest.approx(0.011) and f(50.0) == pytest.approx(0.044)  # clamped at the grid's edges
+    assert f(math.inf) == pytest.approx(0.55)  # no privacy has its own points
+    assert f(1.0, 0.3) == pytest.approx(math.sqrt(0.011 * 0.015))
+
+
+def test_the_shipped_grid_follows_epsilon_and_answers_in_milliseconds(cache_dir):
+    lows, highs = [], []
+    for strategy in ("lp", "fft", "lp-fft"):
+        t0 = time.perf_counter()
+        low, res = autotune.resolve(RunConfig(strategy=strategy, epsilon=1.0), cache_dir=cache_dir)
+        assert time.perf_counter() - t0 < 2.0  # generous: the benchmark measures it
+        high, _ = autotune.resolve(RunConfig(strategy=strategy, epsilon=8.0), cache_dir=cache_dir)
+        assert res.source == "shipped" and res.proxy == "glyphs" and low.auto == ()
+        field = "lr_lp" if strategy == "lp" else "lr_ft"
+        lows.append(getattr(low, field))
+        highs.append(getattr(high, field))
+    assert lows != highs  # moving ε changes the resolved rates
+    assert Store(cache_dir).list_runs() == []  # nothing trained
+
+
+@pytest.mark.slow
+def test_auto_dp_fft_at_eps_8_beats_the_fixed_eps_1_defaults(cache_dir):
+    auto = dpviz.run(RunConfig(strategy="fft", epsilon=8.0), cache_dir=cache_dir)
+    fixed = dpviz.run(RunConfig(strategy="fft", epsilon=8.0, lr_ft=0.01), cache_dir=cache_dir)
+    assert auto["auto"]["source"] == "shipped" and auto["config"]["lr_ft"] != 0.01
+    assert auto["test_accuracy"] > fixed["test_accuracy"] + 0.05
+    assert auto["epsilon_spent"] <= 8.0
+    shown = Store(cache_dir).get_run(auto["run_id"])["summary"]
+    assert shown["auto"]["resolved"]["lr_ft"] == auto["config"]["lr_ft"]  # `show --json` keeps where it came from
+
+
+def test_run_json_records_auto_and_the_resolution(cli_env):
+    out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "lp", "--epsilon", "2", "--json",
+                          "--quiet"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    a = s["auto"]
+    assert a["fields"] == ["lr_lp", "lr_ft"] and a["source"] == "shipped" and a["privacy_spent_on_tuning"] == 0
+    assert s["config"]["lr_lp"] == a["resolved"]["lr_lp"] != autotune.DEFAULTS["lr_lp"]
+    assert a["resolved"]["lr_ft"] == autotune.DEFAULTS["lr_ft"]  # lp reads no lr_ft: its auto takes the default
+    assert s["epsilon_spent"] <= 2.0
+
+
+def test_auto_without_a_proxy_takes_the_defaults_and_bad_values_name_the_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    cfg, res = autotune.resolve(RunConfig(strategy="fft", dataset="mnist", data_dir=str(tmp_path)))
+    assert res.source == "default" and "no public stand-in for mnist" in res.note and cfg.lr_ft == 0.01
+    with pytest.raises(ConfigError, match="lr_ft: a finite number > 0 or auto"):
+        RunConfig(lr_ft="fast")
+    with pytest.raises(ConfigError, match="clip_norm"):
+        RunConfig(clip_norm="auto")
