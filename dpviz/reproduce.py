@@ -73,6 +73,8 @@ def fit_r2(values, start: int = 0) -> float:
     y = np.log(np.maximum(np.asarray(values[start:], dtype=float), 1e-12))
     if len(y) < 3:
         return float("nan")
+    if np.ptp(y) == 0:
+        return 0.0  # no decay at all: depth explains nothing
     x = np.arange(len(y))
     r = np.corrcoef(x, y)[0, 1]
     return float(r * r)

@@ -1,0 +1,77 @@
+"""The reproduction scorecard: verdicts on planted measurements, the claim registry, one real row."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpviz import reproduce as r
+from dpviz.figures.reproduce import claim_figure
+
+
+def test_pair_verdict_needs_a_gap_beyond_one_pooled_std():
+    assert r.judge_pair({"groups": {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51]}})[0] == r.AGREES
+    assert r.judge_pair({"groups": {"A": [0.60, 0.70, 0.50], "B": [0.58, 0.62, 0.57]}})[0] == r.PARTLY
+    verdict, reading = r.judge_pair({"groups": {"A": [0.40, 0.41], "B": [0.60, 0.61]}})
+    assert verdict == r.DOES_NOT and reading.startswith("A 0.405 ± 0.007 is lower than B 0.605")
+
+
+def test_dip_verdict_wants_fft_to_dip_and_lp_fft_not():
+    assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.0, 0.01]}})[0] == r.AGREES
+    assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.05, 0.04]}})[0] == r.PARTLY
+    assert r.judge_dip({"dips": {"fft": [0.0, -0.01], "lp-fft": [0.0, 0.0]}})[0] == r.DOES_NOT
+
+
+CURVES = {"1": {0.0: [0.5], 0.2: [0.7], 1.0: [0.55]}, "8": {0.0: [0.84], 0.4: [0.9], 1.0: [0.77]}}
+
+
+def test_budget_verdicts_interior_optimum_and_its_shift():
+    assert r.judge_interior({"curves": CURVES}) == (r.AGREES, "best LP share p = 0.2 at ε = 1, p = 0.4 at ε = 8.")
+    assert r.judge_shift({"curves": CURVES})[0] == r.DOES_NOT  # 0.2 at ε = 1 is below 0.4 at ε = 8
+    shifted = {"1": {0.0: [0.5], 0.6: [0.7]}, "8": {0.0: [0.9], 0.6: [0.7]}}
+    assert r.judge_shift({"curves": shifted})[0] == r.AGREES
+    assert r.judge_interior({"curves": shifted})[0] == r.PARTLY  # ε = 8's best is pure FFT
+
+
+def test_law_verdicts_and_the_fit():
+    geometric = [8.0, 4.0, 2.0, 1.0, 0.5]
+    assert r.fit_r2(geometric) == pytest.approx(1.0) and r.fit_r2([1.0, 1.0, 1.0]) != r.fit_r2(geometric)
+    assert r.fit_r2([1.0, 5.0, 4.0, 2.0, 1.0], 1) == pytest.approx(r.fit_r2([5.0, 4.0, 2.0, 1.0]))
+    assert r.judge_law({"r2_from_1": [0.95, 0.97], "r2_all": [0.91, 0.93]})[0] == r.AGREES
+    assert r.judge_law({"r2_from_1": [0.95, 0.97], "r2_all": [0.2, 0.3]})[0] == r.PARTLY
+    assert r.judge_law_breaks({"r2_constant": [0.3], "r2_tuned": [0.95]})[0] == r.AGREES
+    assert r.judge_law_breaks({"r2_constant": [0.95], "r2_tuned": [0.97]})[0] == r.DOES_NOT
+
+
+def test_curvature_and_public_phase_verdicts():
+    assert r.judge_decelerator({"dominant": ["decelerator"] * 3 + ["curvature"]})[0] == r.AGREES
+    assert r.judge_decelerator({"dominant": ["sampling", "curvature"]})[0] == r.DOES_NOT
+    gains = {"1": ([0.6, 0.61], [0.5, 0.52]), "2": ([0.69, 0.71], [0.7, 0.7])}
+    assert r.judge_public_first({"gains": gains})[0] == r.PARTLY
+
+
+def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed():
+    assert {c.seed for c in r.CLAIMS} == {"000", "001", "002", "003", "004"} and len(r.REGISTRY) == len(r.CLAIMS)
+    for c in r.CLAIMS:
+        assert r.SEED_FILES[c.seed].startswith(c.seed + "_")
+        groups = c.configs((0, 1, 2))
+        assert groups and all([cfg.seed for cfg in cfgs] == [0, 1, 2] for cfgs in groups.values())
+        assert all(cfg.auto or cfg.lr_ft == 0.05 for cfgs in groups.values() for cfg in cfgs)  # auto unless the claim
+    fig = claim_figure({"id": "001-shift", "seed": "001", "verdict": r.AGREES,
+                        "measured": {"ε=1 p=0": {"mean": 0.5, "std": 0.1}, "ε=1 p=0.2": {"mean": 0.7, "std": 0.0},
+                                     "ε=8 p=0": {"mean": 0.8, "std": 0.0}}})
+    assert [tr.name for tr in fig.data] == ["ε = 1", "ε = 8"] and list(fig.data[0].x) == [0.0, 0.2]
+
+
+@pytest.mark.slow
+def test_one_claim_end_to_end_from_the_cli_and_resumed_from_the_store(cli_env, cache_dir):
+    cmd = [sys.executable, "-m", "dpviz", "reproduce", "--claims", "003-selection", "--seeds", "2", "--json"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert row["id"] == "003-selection" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
+    assert set(row["measured"]) == {"SPARTA rows", "random rows"} and row["seed_file"].startswith("003_")
+    assert [row] == r.stored_rows(["003-selection"], seeds=(0, 1), cache_dir=cache_dir)  # read back, nothing run
+    bad = subprocess.run(cmd[:4] + ["--claims", "999"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: claims: some of 000-lpfft")
