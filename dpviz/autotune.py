@@ -237,6 +237,17 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
     """
     if not cfg.auto:
         return cfg, Resolution(values={}, source="explicit")
+    from . import strategies
+
+    stand_in = strategies.get(cfg.strategy).auto_as
+    if stand_in:  # e.g. continual takes DP-FFT's rates: the same private schedule and σ
+        out, res = resolve(cfg.replace(strategy=stand_in), cache_dir=cache_dir, trials=trials, seed=seed,
+                           search_ok=search_ok, validate=validate)
+        if out.auto:
+            return cfg, res
+        values = {f: getattr(out, f) for f in cfg.auto}
+        return cfg.replace(**values), Resolution(**{**res.__dict__, "values": values,
+                                                    "note": f"{stand_in}'s rates, {res.note}"})
     fields = used_fields(cfg)
     defaults = {f: DEFAULTS[f] for f in cfg.auto}
     if not fields:

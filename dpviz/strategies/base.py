@@ -97,6 +97,8 @@ class Strategy:
         min_epochs: the fewest epochs its schedule needs.
         auto_axes: its own numeric fields that "auto" learning rates interpolate over in the shipped
             grid (`dpviz.autotune`) instead of keying on them.
+        auto_as: another strategy whose "auto" rates this one takes (None: its own), for a strategy
+            whose tuned phase is that strategy's under the same σ but that a proxy cannot run.
     """
 
     name: ClassVar[str]
@@ -107,6 +109,7 @@ class Strategy:
     grad_sample_modes: ClassVar[tuple[str, ...]] = ("auto", "bk", "hooks")
     min_epochs: ClassVar[int] = 1
     auto_axes: ClassVar[tuple[str, ...]] = ()
+    auto_as: ClassVar[str | None] = None
 
     def __init__(self, cfg):
         self.cfg = cfg
