@@ -13,7 +13,7 @@ from dpviz.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {f.name for f in fields(RunConfig)}
-MODULES = {c.__module__.rsplit(".", 1)[1] for c in strategies.REGISTRY.values()}
+MODULES = {c.__module__.rsplit(".", 1)[-1] for c in strategies.REGISTRY.values()}
 
 
 def names_in(path: Path) -> tuple[set[str], set[str]]:
