@@ -91,9 +91,10 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, li
 
 def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
     """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
-    if cfg.auto:  # a training run needs numbers; `runner.run` resolves "auto" on public data first
-        raise ConfigError(cfg.auto[0], "a number here (resolve auto first: dpviz.autotune.resolve, or dpviz.run)",
-                          "auto")
+    if cfg.auto:  # a training run needs numbers: resolved on public data (`runner.run` does it before hashing)
+        from .autotune import resolve
+
+        cfg, _ = resolve(cfg, cache_dir=cache_dir, validate=preview)
     device = resolve_device(cfg.device)
     bundle = data.load(cfg)
     _check_delta(cfg, bundle)
