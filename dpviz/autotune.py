@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import AUTO, AUTO_FIELDS, RunConfig
+from .config import AUTO_FIELDS, RunConfig
 
 GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
