@@ -35,6 +35,12 @@ def acc(cfg) -> tuple[float, float]:
     return s["test_accuracy"], s["wall_time_s"]
 
 
+def lr_text(strat: str, lr_lp: float, lr_ft: float, spec: str = "g") -> str:
+    """"LP / FT" rates of a table cell, with – for the rate the strategy does not read."""
+    lp, ft = format(lr_lp, spec), format(lr_ft, spec)
+    return {"lp": f"{lp} / –", "fft": f"– / {ft}"}.get(strat, f"{lp} / {ft}")
+
+
 def auto_table(base: RunConfig, epsilons, seeds) -> None:
     """auto vs the privately tuned rates of `TUNED`, cell by cell."""
     print(f"\n| ε | strategy | auto lr (LP / FT) | auto acc ({len(seeds)} seeds) | private-tuned lr | "
@@ -47,9 +53,8 @@ def auto_table(base: RunConfig, epsilons, seeds) -> None:
         tuned = [acc(cfg.replace(lr_lp=lr_lp, lr_ft=lr_ft, seed=s))[0] for s in seeds]
         a = [r["test_accuracy"] for r in runs]
         al = {f: runs[0]["config"][f] for f in ("lr_lp", "lr_ft")}
-        fmt = lambda lp, ft: {"lp": f"{lp:.3g} / –", "fft": f"– / {ft:.3g}"}.get(strat, f"{lp:.3g} / {ft:.3g}")
-        print(f"| {eps} | {strat} | {fmt(al['lr_lp'], al['lr_ft'])} | {statistics.mean(a):.3f} ± "
-              f"{statistics.pstdev(a):.3f} | {fmt(lr_lp, lr_ft)} | {statistics.mean(tuned):.3f} ± "
+        print(f"| {eps} | {strat} | {lr_text(strat, al['lr_lp'], al['lr_ft'], '.3g')} | {statistics.mean(a):.3f} ± "
+              f"{statistics.pstdev(a):.3f} | {lr_text(strat, lr_lp, lr_ft, '.3g')} | {statistics.mean(tuned):.3f} ± "
               f"{statistics.pstdev(tuned):.3f} | {statistics.mean(a) - statistics.mean(tuned):+.3f} |", flush=True)
 
 
@@ -89,8 +94,7 @@ def main():
     print(f"\n| ε | strategy | lr (LP / FT) | test accuracy (mean ± std, {len(args.seeds)} seeds) | wall time / run |")
     print("|---|---|---|---|---|")
     for eps, strat, lr_lp, lr_ft, m, sd, w in rows:
-        lr = {"lp": f"{lr_lp:g} / –", "fft": f"– / {lr_ft:g}"}.get(strat, f"{lr_lp:g} / {lr_ft:g}")
-        print(f"| {eps} | {strat} | {lr} | {m:.3f} ± {sd:.3f} | {w:.1f} s |")
+        print(f"| {eps} | {strat} | {lr_text(strat, lr_lp, lr_ft)} | {m:.3f} ± {sd:.3f} | {w:.1f} s |")
 
 
 if __name__ == "__main__":

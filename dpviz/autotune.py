@@ -23,14 +23,15 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .config import AUTO_FIELDS, RunConfig
 
 GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
-"""Log-scale search range per auto field (those of the Tuning page)."""
+"""Log-scale search range per auto field (the Tuning page's defaults too); the head tolerates far larger
+steps than the backbone."""
 PROXY_FOR = {"digits": "glyphs"}
 """The public stand-in of each private dataset a search can use."""
 TRIALS_PER_FIELD = 6
@@ -207,8 +208,13 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
     return study, done
 
 
-def _finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> list | None:
-    """The finished trials of ``cfg``'s search if it has run to its budget, else None (creates nothing)."""
+def best_trial(done: list):
+    """The best finished trial; ties go to the earliest."""
+    return max(done, key=lambda t: (t.value, -t.number))
+
+
+def _finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> tuple | None:
+    """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing)."""
     import optuna
 
     from . import sweeps
@@ -216,7 +222,7 @@ def _finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> list | 
     if study_name(cfg, fields) not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
         return None
     study, done = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, run=False)
-    return done if len(done) >= study.user_attrs["n_trials"] else None
+    return (study, done) if len(done) >= study.user_attrs["n_trials"] else None
 
 
 def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: int = 0,
@@ -246,8 +252,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         if out.auto:
             return cfg, res
         values = {f: getattr(out, f) for f in cfg.auto}
-        return cfg.replace(**values), Resolution(**{**res.__dict__, "values": values,
-                                                    "note": f"{stand_in}'s rates, {res.note}"})
+        return cfg.replace(**values), replace(res, values=values, note=f"{stand_in}'s rates, {res.note}")
     fields = used_fields(cfg)
     defaults = {f: DEFAULTS[f] for f in cfg.auto}
     if not fields:
@@ -265,8 +270,8 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         return cfg.replace(**defaults), Resolution(
             values=defaults, source="default",
             note=f"fixed defaults: dpviz has no public stand-in for {cfg.dataset} (set the rates to tune them)")
-    done = _finished_search(cfg, fields, cache_dir, trials, seed)
-    if done is None:  # a search would have to train
+    found = _finished_search(cfg, fields, cache_dir, trials, seed)
+    if found is None:  # a search would have to train
         if os.environ.get("DPVIZ_AUTO_SEARCH", "on").lower() in ("off", "0", "no"):
             return cfg.replace(**defaults), Resolution(
                 values=defaults, source="default", note="fixed defaults: DPVIZ_AUTO_SEARCH=off and no shipped point")
@@ -276,8 +281,9 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
                                         f"{proxy}, no private data")
         if validate is not None:
             validate(cfg)  # bad input is a one-line error before any proxy run
-    study, done = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed)
-    best = max(done, key=lambda t: (t.value, -t.number))
+        found = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed)
+    study, done = found
+    best = best_trial(done)
     values = {**defaults, **{f: float(f"{best.params[f]:.4g}") for f in fields}}
     return cfg.replace(**values), Resolution(values=values, source="search", proxy=proxy, study=study.study_name,
                                              trials=len(done), proxy_accuracy=best.value,

@@ -5,7 +5,7 @@ import math
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import figures, strategies, sweeps
+from dpviz import autotune, figures, strategies, sweeps
 from dpviz.config import PUBLIC_DATASETS as PUBLIC, RunConfig
 from dpviz.errors import ConfigError, DpvizError
 
@@ -22,9 +22,8 @@ glyphs that dpviz generates from stroke templates, resembling the embedded digit
 the hyperparameters suit the same noise), then launch the best configuration once on the private data.
 """)
 
-LR_RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}  # the head tolerates far larger steps than the backbone
 # every learning rate some registered strategy declares, then the fields all strategies share
-DEFAULT_RANGES = {**{f: LR_RANGES.get(f, (1e-4, 1.0)) for n in strategies.names() for f in strategies.get(n).lr_fields},
+DEFAULT_RANGES = {**{f: autotune.RANGES.get(f, (1e-4, 1.0)) for n in strategies.names() for f in strategies.get(n).lr_fields},
                   "clip_norm": (0.1, 10.0), "batch_size": (64, 1024), "epochs": (5, 40)}
 PRIVATE = "private data (costs privacy not in any run's ε)"
 

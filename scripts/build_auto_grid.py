@@ -40,7 +40,7 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log) -> d
         key = key or json.loads(autotune.key_of(cfg))
         t0 = time.time()
         study, done = autotune.search(cfg, fields, cache_dir=cache_dir)
-        best = max(done, key=lambda t: (t.value, -t.number))
+        best = autotune.best_trial(done)
         points.append({"epsilon": eps, **dict(zip(axes, ax)), "values": {f: best.params[f] for f in fields},
                        "proxy_accuracy": best.value, "study": study.study_name, "trials": len(done)})
         log(f"{backbone} {strategy} ε={eps} {dict(zip(axes, ax))}: {points[-1]['values']} "
