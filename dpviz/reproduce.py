@@ -60,12 +60,12 @@ def fmt(values) -> str:
     return f"{m:.3f} ± {s:.3f}"
 
 
-def compare(a, b, *, margin: float = 0.0) -> str:
-    """AGREES when mean(a) − mean(b) > margin + one pooled std, DOES_NOT when below −(that), else PARTLY."""
+def compare(a, b) -> str:
+    """AGREES when mean(a) − mean(b) exceeds one pooled std, DOES_NOT when it is below −(that), else PARTLY."""
     (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
     noise = float(np.hypot(sa, sb)) / np.sqrt(2)
     d = ma - mb
-    return AGREES if d > margin + noise else DOES_NOT if d < -(margin + noise) else PARTLY
+    return AGREES if d > noise else DOES_NOT if d < -noise else PARTLY
 
 
 def fit_r2(values, start: int = 0) -> float:
@@ -86,8 +86,7 @@ def judge_pair(m: dict) -> tuple[str, str]:
     (na, a), (nb, b) = list(m["groups"].items())[:2]
     v = compare(a, b)
     text = {AGREES: "higher than", PARTLY: "within one standard deviation of", DOES_NOT: "lower than"}[v]
-    return (AGREES if v == AGREES else PARTLY if v == PARTLY else DOES_NOT,
-            f"{na} {fmt(a)} is {text} {nb} {fmt(b)}.")
+    return v, f"{na} {fmt(a)} is {text} {nb} {fmt(b)}."
 
 
 def judge_dip(m: dict) -> tuple[str, str]:
