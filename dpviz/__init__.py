@@ -9,7 +9,6 @@ import warnings
 
 from .config import RunConfig
 from .errors import ConfigError, DpvizError
-from .jobs import JobManager
 from .runner import run
 from .store import Store
 
@@ -20,3 +19,11 @@ warnings.filterwarnings("ignore", message="GDP accounting is experimental")
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 __all__ = ["RunConfig", "run", "Store", "JobManager", "ConfigError", "DpvizError"]
+
+
+def __getattr__(name):  # torch loads only when a job manager is asked for: `import dpviz` stays light
+    if name == "JobManager":
+        from .jobs import JobManager
+
+        return JobManager
+    raise AttributeError(f"module 'dpviz' has no attribute {name!r}")

@@ -8,6 +8,7 @@ line naming the field and exits with code 2; the store is not touched.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -67,12 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("delete", help="delete stored runs and their files")
     de.add_argument("run_ids", nargs="+")
     an = sub.add_parser("analyze", help="an analysis of a stored checkpoint (private-data statistics)")
-    an.add_argument("analysis", help="knn, embedding, separability, residual or hessian")
+    an.add_argument("analysis", help="knn, embedding, separability, residual or hessian; all: every background "
+                    "analysis of every checkpoint not stored yet")
     an.add_argument("run_id")
     an.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
     an.add_argument("--k", type=int, default=None, help="neighbours for knn")
     an.add_argument("--method", default=None, help="pca or umap, for embedding")
     an.add_argument("--json", action="store_true")
+    an.add_argument("--quiet", action="store_true", help="all: print nothing")
     sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
                         "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
     sw.add_argument("kind", choices=["budget", "sparse"])
@@ -142,10 +145,27 @@ def _dump(obj) -> str:
 
 
 def cmd_run(args) -> int:
-    from .jobs import JobManager
+    from . import runner
 
     cfg = config_from_args(args)
-    jm = JobManager(args.cache_dir, max_workers=1)
+    hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
+    summary = hit or _train(cfg, args)
+    if summary is None:
+        return 130
+    print(_dump(summary) if args.json else _text(summary))
+    if not summary.get("cached"):
+        _analyze_later(summary["run_id"], args.cache_dir)
+    return 0
+
+
+def _train(cfg, args) -> dict | None:
+    """Train ``cfg`` in a job thread with a progress bar; None when cancelled with Ctrl-C.
+
+    The job manager queues no analyses here: the command returns as soon as training ends, and the
+    checkpoints' background analyses run afterwards in a detached process (`_analyze_later`)."""
+    from .jobs import JobManager
+
+    jm = JobManager(args.cache_dir, max_workers=1, analyses=False)
     job = jm.submit(cfg, force=args.force)
     bar = None
     try:
@@ -153,19 +173,31 @@ def cmd_run(args) -> int:
             if not args.quiet and job.total_steps:
                 bar = bar or _bar(cfg, job.total_steps)
                 _update(bar, job.step, job.last)
-            time.sleep(0.2)
+            concurrent.futures.wait([job.future], timeout=0.2)  # wakes as soon as training ends
     except KeyboardInterrupt:
         job.cancel()
         job.future.exception()
         print("dpviz: run cancelled", file=sys.stderr)
-        return 130
+        return None
     finally:
         if bar is not None:
             _update(bar, job.step, job.last)
             bar.close()
-    summary = job.wait()
-    print(_dump(summary) if args.json else _text(summary))
-    return 0
+    return job.wait()
+
+
+def _analyze_later(run_id: str, cache_dir) -> None:
+    """Start ``python -m dpviz analyze all RUN`` detached and at low priority: the feature and curvature
+    analyses of every checkpoint land in the store after this command has returned.
+    ``DPVIZ_BACKGROUND_ANALYSES=off`` skips it (``analyze all`` computes them when asked)."""
+    import subprocess
+
+    if os.environ.get("DPVIZ_BACKGROUND_ANALYSES", "on").lower() in ("off", "0", "no"):
+        return
+    argv = [sys.executable, "-m", "dpviz", *(["--cache-dir", str(cache_dir)] if cache_dir else []),
+            "analyze", "all", run_id, "--quiet"]
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, preexec_fn=lambda: os.nice(10))
 
 
 def _bar(cfg, total):
@@ -290,9 +322,14 @@ def cmd_worker(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analyses.service import analyze
+    from .analyses.service import analyze, analyze_missing
     from .store import Store
 
+    if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
+        done = analyze_missing(Store(args.cache_dir), args.run_id)
+        if not args.quiet:
+            print(_dump(done) if args.json else f"{len(done)} analyses computed")
+        return 0
     params = {k: v for k, v in (("k", args.k), ("method", args.method)) if v is not None}
     out = analyze(Store(args.cache_dir), args.run_id, args.analysis, step=args.step, **params)
     if args.json:

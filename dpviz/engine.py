@@ -15,14 +15,14 @@ from torch import nn
 
 from . import data, models, strategies
 from .config import RunConfig
+from . import errors
 from .errors import ConfigError
 from .models.pretrain import pretrained_backbone
 from .privacy import accounting, dpsgd
 from .privacy.accounting import Phase
 
 
-class Cancelled(Exception):
-    """Raised inside a run when its job is cancelled."""
+Cancelled = errors.Cancelled  # defined without torch so that light modules can catch it
 
 
 @dataclass(kw_only=True)

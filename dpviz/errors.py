@@ -38,3 +38,7 @@ def load_failure(e: Exception) -> str:
     if marker in msg:  # skip torch's advice, keep what the weights_only unpickler refused
         msg = "weights_only unpickler: " + msg.split(marker, 1)[1].strip().split("\n\n")[0]
     return " ".join(msg.split()).split(". ")[0][:160] or type(e).__name__
+
+
+class Cancelled(Exception):
+    """A run was stopped by its cancel event (not a user error: the run is stored as cancelled)."""

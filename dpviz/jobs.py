@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import RunConfig
-from .engine import Cancelled
+from .errors import Cancelled
 from .runner import run
 from .store import Store
 
@@ -53,8 +53,10 @@ class Job:
 class JobManager:
     """Runs submitted configs in a pool of threads (default: one per 2 cores)."""
 
-    def __init__(self, cache_dir=None, max_workers: int | None = None):
+    def __init__(self, cache_dir=None, max_workers: int | None = None, analyses: bool = True):
+        """Args: analyses: queue every new checkpoint's background analyses (False: the caller runs them)."""
         self.store = Store(cache_dir)
+        self.analyses = analyses
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
         if workers > 1:  # torch threads × workers ≤ cores: oversubscribed OpenMP crawls
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
@@ -79,8 +81,8 @@ class JobManager:
             job.run_id, job.status = run_id, "running"
 
         try:
-            job.summary = run(job.cfg, store=self.store, force=force, progress=progress,
-                              cancel=job.cancel_event, on_start=started, on_checkpoint=self.queue_analyses)
+            job.summary = run(job.cfg, store=self.store, force=force, progress=progress, cancel=job.cancel_event,
+                              on_start=started, on_checkpoint=self.queue_analyses if self.analyses else None)
             job.status = "finished"
         except Cancelled:
             job.status = "cancelled"

@@ -7,10 +7,32 @@ import time
 import traceback
 from typing import Callable
 
-from . import engine, trainer
 from .config import RunConfig
-from .engine import Cancelled
+from .errors import Cancelled
 from .store import Store
+
+
+def _resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None) -> tuple[RunConfig, dict]:
+    """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the
+    summary's ``auto`` entry; ``cfg`` keeps "auto" fields where ``search_ok`` is False and a search must train."""
+    if not cfg.auto:
+        return cfg, {}
+    from . import autotune
+
+    fields = cfg.auto
+    out, resolution = autotune.resolve(cfg, cache_dir=store.root, search_ok=search_ok, validate=validate)
+    return out, {"auto": {"fields": list(fields), **resolution.as_dict()}}
+
+
+def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dict | None:
+    """The summary ``run(cfg)`` would answer from the store, or None when it would train — without
+    importing torch (the command line answers a cached run in well under a second)."""
+    store = store or Store(cache_dir)
+    cfg, auto = _resolved(cfg, store, search_ok=False)
+    if cfg.auto:  # a proxy search would have to train first
+        return None
+    hit = store.find_finished(cfg.hash())
+    return {**hit["summary"], **auto, "cached": True} if hit else None
 
 
 def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bool = False,
@@ -37,14 +59,10 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         ConfigError: bad input; nothing is stored in that case.
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
-    store = store or Store(cache_dir)
-    auto = {}
-    if cfg.auto:  # learning rates chosen on a public proxy first: no private record is read
-        from . import autotune
+    from . import engine, trainer  # torch: only when something trains
 
-        fields = cfg.auto
-        cfg, resolution = autotune.resolve(cfg, cache_dir=store.root, validate=engine.preview)
-        auto = {"auto": {"fields": list(fields), **resolution.as_dict()}}
+    store = store or Store(cache_dir)
+    cfg, auto = _resolved(cfg, store, validate=engine.preview)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
         if on_start:

@@ -72,6 +72,20 @@ def test_interpolation_is_log_linear_in_epsilon_linear_in_the_axis_and_clamped()
     assert f(1.0, 0.3) == pytest.approx(math.sqrt(0.011 * 0.015))
 
 
+def test_the_shipped_grid_is_smoothed_by_a_power_law_in_epsilon_per_axis_group():
+    # a tie at ε = 1 and 2 (one search's noise) between clean ε^1 points; no-DP points stay as searched
+    raw = {"1": 0.01, "2": 0.01, "4": 0.04, "8": 0.08, "inf": 0.5}
+    entry = {"axes": ["lp_fraction"], "points": [
+        {"epsilon": e, "lp_fraction": p, "values": {"lr_ft": v * (1 + p)}} for e, v in raw.items() for p in (0.1, 0.5)]}
+    out = {(p["epsilon"], p["lp_fraction"]): p for p in autotune.smooth(entry)["points"]}
+    fit = {e: out[e, 0.1]["values"]["lr_ft"] for e in raw}
+    assert fit["1"] < fit["2"] < fit["4"] < fit["8"]  # the tie is broken along the trend
+    assert math.log(fit["8"] / fit["1"]) / math.log(8) == pytest.approx(1.0, abs=0.2)  # slope ≈ 1 in log-log
+    assert out["2", 0.5]["values"]["lr_ft"] / fit["2"] == pytest.approx(1.5 / 1.1)  # each axis value its own line
+    assert out["2", 0.1]["searched"]["lr_ft"] == pytest.approx(0.011) and fit["inf"] == pytest.approx(0.55)
+    assert all(p["values"]["lr_ft"] <= autotune.RANGES["lr_ft"][1] for (e, _), p in out.items() if e != "inf")
+
+
 def test_the_shipped_grid_follows_epsilon_and_answers_in_milliseconds(cache_dir):
     lows, highs = [], []
     for strategy in ("lp", "fft", "lp-fft"):

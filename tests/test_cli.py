@@ -11,14 +11,23 @@ import time
 import pytest
 
 from conftest import ROOT
+from dpviz.analyses.service import BACKGROUND
 from dpviz.store import Store
 
 FAST = ["--epochs", "2", "--eval-every", "5"]
 
 
 def dpviz(args, env, timeout=300):
-    return subprocess.run([sys.executable, "-m", "dpviz", *args], env=env, capture_output=True,
+    """``python [-X opt] -m dpviz args``: interpreter options come first in ``args``."""
+    opts = args[:2] if args[:1] == ["-X"] else []
+    return subprocess.run([sys.executable, *opts, "-m", "dpviz", *args[len(opts):]], env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def analysed(store, run_id) -> set:
+    """{(step, analysis)} of the background analyses stored for ``run_id``."""
+    with sqlite3.connect(store.root / "runs.sqlite") as c:
+        return set(c.execute("SELECT step, name FROM analyses WHERE run_id = ?", (run_id,)).fetchall())
 
 
 def db_snapshot(cache_dir):
@@ -40,9 +49,18 @@ def test_run_json_list_show_delete(cli_env, cache_dir):
     assert [p["name"] for p in s["phases"]] == ["lp", "fft"]
     assert set(s["phases"][0]) == {"name", "steps", "noise_multiplier", "sample_rate", "clip_norm"}
     assert "step" in r.stderr and "100%" in r.stderr  # the progress bar went to stderr
-    again = json.loads(dpviz(["run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3",
-                              "--json", *FAST], cli_env).stdout)
-    assert again["cached"] and again["run_id"] == s["run_id"]
+    store = Store(cache_dir)
+    steps = store.feature_steps(s["run_id"])
+    wanted = {(step, name) for step in steps for name in BACKGROUND}
+    assert analysed(store, s["run_id"]) < wanted  # the command returned before its analyses finished
+    t0 = time.time()
+    while analysed(store, s["run_id"]) != wanted and time.time() - t0 < 180:
+        time.sleep(0.5)  # a detached `analyze all` computes them after the command returned
+    assert analysed(store, s["run_id"]) == wanted
+    again = dpviz(["-X", "importtime", "run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3",
+                   "--json", *FAST], cli_env)
+    assert json.loads(again.stdout)["cached"] and json.loads(again.stdout)["run_id"] == s["run_id"]
+    assert "| torch" not in again.stderr and "| dpviz" in again.stderr  # a cached answer never loads torch
     listed = json.loads(dpviz(["list", "--json"], cli_env).stdout)
     assert [x["run_id"] for x in listed] == [s["run_id"]] and listed[0]["status"] == "finished"
     shown = json.loads(dpviz(["show", s["run_id"], "--json"], cli_env).stdout)

@@ -127,3 +127,24 @@ def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = 
         except StoreError:
             if REGISTRY[name].kind != "model":
                 raise  # model analyses need saved weights, which runs stored before them lack
+
+
+def analyze_missing(store: Store, run_id: str) -> list[dict]:
+    """Compute every background analysis of every checkpoint of ``run_id`` not stored yet.
+
+    Returns: [{step, analysis}] of what was computed (model analyses of runs without saved weights skipped).
+    """
+    run_id = store.get_run(run_id)["run_id"]
+    done = []
+    for step in store.feature_steps(run_id):
+        for name in BACKGROUND:
+            if cached(store, run_id, name, step=step) is not None:
+                continue
+            try:
+                analyze(store, run_id, name, step=step)
+            except StoreError:
+                if REGISTRY[name].kind != "model":
+                    raise
+                continue
+            done.append({"step": step, "analysis": name})
+    return done
