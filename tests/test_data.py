@@ -1,5 +1,6 @@
 """The embedded default task, its public pretraining data, and the theory data."""
 
+import pytest
 import torch
 
 from dpviz.config import RunConfig
@@ -53,6 +54,17 @@ def test_pretraining_never_sees_private_data(monkeypatch):
     finally:
         digits._arrays.cache_clear()
     assert seen and 0 <= acc <= 1
+
+
+@pytest.mark.slow
+def test_the_shipped_backbone_is_what_the_recipe_makes_and_a_fresh_store_uses_it(tmp_path):
+    key = pretrain.cache_key("cnn", 1, 16)
+    shipped = torch.load(pretrain.SHIPPED / f"{key}.pt", weights_only=True)
+    backbone = pretrain.pretrained_backbone("cnn", channels=1, size=16, cache_dir=tmp_path)
+    assert all(torch.equal(backbone.state_dict()[k], v) for k, v in shipped["state_dict"].items())
+    assert not (tmp_path / "backbones" / f"{key}.pt").exists()  # loaded from the package, nothing trained
+    fresh, acc = pretrain.pretrain("cnn", channels=1, size=16)  # the full recipe, from scratch
+    assert abs(acc - shipped["public_accuracy"]) < 0.01 and acc > 0.9
 
 
 def test_synthetic_is_linearly_separable_with_margin():

@@ -5,6 +5,13 @@ are never passed here, so the pretrained weights carry no private
 information. Weights are cached under ``<cache>/backbones/<key>.pt`` where
 the key hashes everything that determines them; a file lock stops two
 processes from pretraining the same backbone at once.
+
+dpviz ships the result for the default backbone (``weights/<key>.pt``, written by
+`scripts/ship_backbones.py` with this very recipe, on public data only): a fresh store uses it
+instead of spending seconds pretraining on the first run, and every machine starts from the same
+backbone — CPU pretraining is not bitwise reproducible across thread counts, so shipped weights are
+what makes the README's figures reproducible exactly. A changed recipe or architecture changes the
+key, and the backbone is pretrained again.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from torch import nn
 from ..data.public import NUM_CLASSES, random_process_images
 from . import Classifier, build_backbone
 
+SHIPPED = Path(__file__).with_name("weights")
 PRETRAIN = {"n": 12000, "epochs": 4, "batch": 128, "lr": 2e-3, "seed": 1234, "version": 1}
 
 
@@ -65,7 +73,10 @@ def pretrained_backbone(name: str, *, channels: int, size: int, cache_dir: Path,
     """The cached pretrained backbone, pretraining it first if needed."""
     folder = Path(cache_dir) / "backbones"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{cache_key(name, channels, size)}.pt"
+    key = cache_key(name, channels, size)
+    path = folder / f"{key}.pt"
+    if not path.exists() and (SHIPPED / f"{key}.pt").exists():
+        path = SHIPPED / f"{key}.pt"  # read-only, never written: the package's copy
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one pretraining per backbone at a time
         if not path.exists():
