@@ -226,7 +226,7 @@ def _decelerator(store, groups) -> dict:
 
 def _public(store, groups) -> dict:
     acc = _acc(groups)
-    eps = sorted({g.split(" ")[1] for g in acc}, key=float)
+    eps = sorted({g.split(" ")[1] for g in acc}, key=lambda e: float(e[2:]))  # "ε=1", "ε=2"
     return {"gains": {e[2:]: (acc[f"continual {e}"], acc[f"fft {e}"]) for e in eps}, "groups": acc}
 
 

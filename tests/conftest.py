@@ -12,6 +12,9 @@ sys.path.insert(0, str(ROOT))
 # The suite's runs use short schedules off the shipped "auto" grid: a proxy search per test would
 # dominate its time, so "auto" there takes the fixed defaults; tests/test_autotune.py turns searching on.
 os.environ.setdefault("DPVIZ_AUTO_SEARCH", "off")
+# A CLI run starts a detached `analyze all` once it returns; in the suite those processes would compete
+# with later tests for the 2 cores, so only tests/test_cli.py's run test turns them on (and waits for them).
+os.environ.setdefault("DPVIZ_BACKGROUND_ANALYSES", "off")
 
 import dpviz  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402

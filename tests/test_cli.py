@@ -40,6 +40,7 @@ def db_snapshot(cache_dir):
 
 @pytest.mark.slow
 def test_run_json_list_show_delete(cli_env, cache_dir):
+    cli_env = {**cli_env, "DPVIZ_BACKGROUND_ANALYSES": "on"}
     r = dpviz(["run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3", "--json", *FAST], cli_env)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)

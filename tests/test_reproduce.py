@@ -49,6 +49,12 @@ def test_curvature_and_public_phase_verdicts():
     assert r.judge_decelerator({"dominant": ["sampling", "curvature"]})[0] == r.DOES_NOT
     gains = {"1": ([0.6, 0.61], [0.5, 0.52]), "2": ([0.69, 0.71], [0.7, 0.7])}
     assert r.judge_public_first({"gains": gains})[0] == r.PARTLY
+    # the measurement reads the claim's own group names ("continual ε=1", "fft ε=2", …) into gains per ε
+    claim = r.REGISTRY["004-public"]
+    groups = {g: [{"test_accuracy": 0.5 + 0.1 * i} for i, _ in enumerate(cfgs)]
+              for g, cfgs in claim.configs((0, 1)).items()}
+    m = claim.measure(None, groups)
+    assert set(m["gains"]) == {"1", "2"} and m["gains"]["1"] == ([0.5, 0.6], [0.5, 0.6])
 
 
 def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed():
