@@ -22,11 +22,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .config import AUTO_FIELDS, RunConfig
+from .config import AUTO_FIELDS, RunConfig, switched_off
 
 GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
@@ -306,7 +305,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
             note=f"fixed defaults: dpviz has no public stand-in for {cfg.dataset} (set the rates to tune them)")
     found = _finished_search(cfg, fields, cache_dir, trials, seed)
     if found is None:  # a search would have to train
-        if os.environ.get("DPVIZ_AUTO_SEARCH", "on").lower() in ("off", "0", "no"):
+        if switched_off("DPVIZ_AUTO_SEARCH"):
             return cfg.replace(**defaults), Resolution(
                 values=defaults, source="default", note="fixed defaults: DPVIZ_AUTO_SEARCH=off and no shipped point")
         if not search_ok:

@@ -17,7 +17,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from .config import RunConfig, load_config_file
+from .config import RunConfig, load_config_file, switched_off
 from .errors import ConfigError, DpvizError
 
 EXIT_USAGE = 2
@@ -192,7 +192,7 @@ def _analyze_later(run_id: str, cache_dir) -> None:
     ``DPVIZ_BACKGROUND_ANALYSES=off`` skips it (``analyze all`` computes them when asked)."""
     import subprocess
 
-    if os.environ.get("DPVIZ_BACKGROUND_ANALYSES", "on").lower() in ("off", "0", "no"):
+    if switched_off("DPVIZ_BACKGROUND_ANALYSES"):
         return
     argv = [sys.executable, "-m", "dpviz", *(["--cache-dir", str(cache_dir)] if cache_dir else []),
             "analyze", "all", run_id, "--quiet"]

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,6 +20,12 @@ from pathlib import Path
 from .errors import ConfigError
 
 SCHEMA_VERSION = 1
+
+
+def switched_off(variable: str) -> bool:
+    """Whether the environment switch ``variable`` (on by default) is set to off, 0 or no."""
+    return os.environ.get(variable, "on").lower() in ("off", "0", "no")
+
 DATASETS = ("digits", "glyphs", "synthetic", "mnist", "fashion-mnist", "cifar10", "stl10", "folder")
 BACKBONES = ("cnn", "vit", "resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")
 ACCOUNTANTS = ("prv", "rdp", "gdp")

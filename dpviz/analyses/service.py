@@ -119,32 +119,31 @@ def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], refere
     return wanted
 
 
-def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = None) -> None:
-    """Compute and cache the background analyses (of one ``kind``, or all) for one new checkpoint."""
+def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = None) -> list[str]:
+    """Compute and cache the background analyses (of one ``kind``, or all) for one checkpoint.
+
+    Returns: the names computed now (those already stored, and model analyses of runs stored without
+    weights, are skipped).
+    """
+    done = []
     for name in (n for n in BACKGROUND if kind is None or REGISTRY[n].kind == kind):
+        if cached(store, run_id, name, step=step) is not None:
+            continue
         try:
             analyze(store, run_id, name, step=step)
         except StoreError:
             if REGISTRY[name].kind != "model":
                 raise  # model analyses need saved weights, which runs stored before them lack
+            continue
+        done.append(name)
+    return done
 
 
 def analyze_missing(store: Store, run_id: str) -> list[dict]:
     """Compute every background analysis of every checkpoint of ``run_id`` not stored yet.
 
-    Returns: [{step, analysis}] of what was computed (model analyses of runs without saved weights skipped).
+    Returns: [{step, analysis}] of what was computed.
     """
     run_id = store.get_run(run_id)["run_id"]
-    done = []
-    for step in store.feature_steps(run_id):
-        for name in BACKGROUND:
-            if cached(store, run_id, name, step=step) is not None:
-                continue
-            try:
-                analyze(store, run_id, name, step=step)
-            except StoreError:
-                if REGISTRY[name].kind != "model":
-                    raise
-                continue
-            done.append({"step": step, "analysis": name})
-    return done
+    return [{"step": step, "analysis": name} for step in store.feature_steps(run_id)
+            for name in analyze_checkpoint(store, run_id, step)]
