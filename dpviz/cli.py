@@ -8,12 +8,11 @@ line naming the field and exits with code 2; the store is not touched.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import threading
 import json
 import math
 import os
 import sys
-import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -76,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--method", default=None, help="pca or umap, for embedding")
     an.add_argument("--json", action="store_true")
     an.add_argument("--quiet", action="store_true", help="all: print nothing")
+    an.add_argument("--when-idle", action="store_true", help="all: before each checkpoint, wait while a run "
+                    "of this store trains (what a run's detached background analyses do)")
     sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
                         "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
     sw.add_argument("kind", choices=["budget", "sparse"])
@@ -159,31 +160,42 @@ def cmd_run(args) -> int:
 
 
 def _train(cfg, args) -> dict | None:
-    """Train ``cfg`` in a job thread with a progress bar; None when cancelled with Ctrl-C.
+    """Train ``cfg`` in this thread with a progress bar; None when cancelled with Ctrl-C.
 
-    The job manager queues no analyses here: the command returns as soon as training ends, and the
-    checkpoints' background analyses run afterwards in a detached process (`_analyze_later`)."""
-    from .jobs import JobManager
+    The first Ctrl-C stops the run at its next step (stored as cancelled); a second one interrupts
+    at once. No analyses run here: the command returns as soon as training ends, and the checkpoints'
+    background analyses run afterwards in a detached process (`_analyze_later`)."""
+    import signal
 
-    jm = JobManager(args.cache_dir, max_workers=1, analyses=False)
-    job = jm.submit(cfg, force=args.force)
+    from . import idle, runner
+    from .errors import Cancelled
+    from .store import Store
+
+    cancel = threading.Event()
     bar = None
+
+    def progress(step, total, last):
+        nonlocal bar
+        if not args.quiet:
+            bar = bar or _bar(cfg, total)
+            _update(bar, step, last)
+
+    def on_sigint(signum, frame):
+        cancel.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    store = Store(args.cache_dir)
     try:
-        while not job.future.done():
-            if not args.quiet and job.total_steps:
-                bar = bar or _bar(cfg, job.total_steps)
-                _update(bar, job.step, job.last)
-            concurrent.futures.wait([job.future], timeout=0.2)  # wakes as soon as training ends
-    except KeyboardInterrupt:
-        job.cancel()
-        job.future.exception()
+        with idle.training(store.root):  # background analyses of earlier runs wait meanwhile
+            return runner.run(cfg, store=store, force=args.force, progress=progress, cancel=cancel)
+    except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None
     finally:
+        signal.signal(signal.SIGINT, previous)
         if bar is not None:
-            _update(bar, job.step, job.last)
             bar.close()
-    return job.wait()
 
 
 def _analyze_later(run_id: str, cache_dir) -> None:
@@ -195,7 +207,7 @@ def _analyze_later(run_id: str, cache_dir) -> None:
     if switched_off("DPVIZ_BACKGROUND_ANALYSES"):
         return
     argv = [sys.executable, "-m", "dpviz", *(["--cache-dir", str(cache_dir)] if cache_dir else []),
-            "analyze", "all", run_id, "--quiet"]
+            "analyze", "all", run_id, "--quiet", "--when-idle"]
     # One thread at the lowest priority: a multi-threaded analysis beside the user's next run makes both
     # OpenMP pools spin against each other (a 2 s training loop took 45 s on 2 cores).
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -326,11 +338,14 @@ def cmd_worker(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    from . import idle
     from .analyses.service import analyze, analyze_missing
     from .store import Store
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
-        done = analyze_missing(Store(args.cache_dir), args.run_id)
+        store = Store(args.cache_dir)
+        wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
+        done = analyze_missing(store, args.run_id, before=wait)
         if not args.quiet:
             print(_dump(done) if args.json else f"{len(done)} analyses computed")
         return 0

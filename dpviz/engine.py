@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import data, models, strategies
+from . import data, models, optim, strategies
 from .config import RunConfig
 from . import errors
 from .errors import ConfigError
@@ -154,11 +154,8 @@ def set_trainable(model: models.Classifier, trainable: str) -> None:
             model.backbone.norm.requires_grad_(True)
 
 
-def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    cls = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
-    return cls(params, lr=lr)
+def make_optimizer(params, cfg: RunConfig, lr: float) -> optim.SGD | optim.Adam:
+    return optim.make(cfg.optimizer, params, lr)
 
 
 @torch.no_grad()

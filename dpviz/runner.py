@@ -76,7 +76,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     try:
         summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
                                 on_checkpoint=on_checkpoint)
-    except Cancelled:
+    except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise
     except BaseException as e:

@@ -38,6 +38,24 @@ def db_snapshot(cache_dir):
         return [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "events")]
 
 
+def test_background_analyses_wait_while_a_run_trains(cli_env, cache_dir, fast_cfg):
+    """`analyze all --when-idle` (what a run's detached analyses run) computes nothing while a run of the
+    store holds the training lock, then everything once it is released."""
+    from dpviz import idle, runner
+
+    run_id = runner.run(fast_cfg(strategy="lp", epochs=1), cache_dir=cache_dir)["run_id"]
+    store = Store(cache_dir)
+    with idle.training(store.root):
+        proc = subprocess.Popen([sys.executable, "-m", "dpviz", "analyze", "all", run_id, "--when-idle", "--json"],
+                                env=cli_env, stdout=subprocess.PIPE, text=True)
+        time.sleep(4)  # long enough to import and compute a checkpoint's analyses, were it not waiting
+        assert proc.poll() is None and analysed(store, run_id) == set()
+    out, _ = proc.communicate(timeout=120)
+    wanted = {(step, name) for step in store.feature_steps(run_id) for name in BACKGROUND}
+    assert proc.returncode == 0 and analysed(store, run_id) == wanted
+    assert {(d["step"], d["analysis"]) for d in json.loads(out)} == wanted
+
+
 @pytest.mark.slow
 def test_run_json_list_show_delete(cli_env, cache_dir):
     cli_env = {**cli_env, "DPVIZ_BACKGROUND_ANALYSES": "on"}

@@ -24,6 +24,21 @@ def test_digits_split_is_fixed_stratified_and_scaled():
     assert d.min() > 0
 
 
+def test_digits_are_scikit_learns_images_and_split_read_without_importing_it():
+    """The stored split and the direct file read give exactly what scikit-learn's loader and split give."""
+    from sklearn.datasets import load_digits as sk_load
+    from sklearn.model_selection import train_test_split
+
+    import dpviz.data.digits as digits
+
+    d = sk_load()
+    images, target = digits._sk_arrays()
+    assert (images == d.images).all() and (target == d.target).all()
+    tr, te = train_test_split(range(len(d.target)), test_size=0.2, stratify=d.target, random_state=0)
+    _, _, mtr, mte = digits._arrays()
+    assert mtr.tolist() == tr and mte.tolist() == te
+
+
 def test_public_data_is_generated_disjoint_and_deterministic():
     x, y = random_process_images(3000, seed=3)
     x2, y2 = random_process_images(3000, seed=3)
@@ -47,7 +62,7 @@ def test_pretraining_never_sees_private_data(monkeypatch):
     monkeypatch.setitem(pretrain.PRETRAIN, "n", 256)
     monkeypatch.setitem(pretrain.PRETRAIN, "epochs", 1)
     import dpviz.data.digits as digits
-    monkeypatch.setattr(digits, "_sk_load", lambda: (_ for _ in ()).throw(AssertionError("private data read")))
+    monkeypatch.setattr(digits, "_sk_arrays", lambda: (_ for _ in ()).throw(AssertionError("private data read")))
     digits._arrays.cache_clear()
     try:
         backbone, acc = pretrain.pretrain("cnn", channels=1, size=16)

@@ -139,11 +139,19 @@ def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = 
     return done
 
 
-def analyze_missing(store: Store, run_id: str) -> list[dict]:
+def analyze_missing(store: Store, run_id: str, *, before=None) -> list[dict]:
     """Compute every background analysis of every checkpoint of ``run_id`` not stored yet.
+
+    Args:
+        before: called before each checkpoint's analyses (the detached process waits there while a
+            run trains, `dpviz.idle`).
 
     Returns: [{step, analysis}] of what was computed.
     """
     run_id = store.get_run(run_id)["run_id"]
-    return [{"step": step, "analysis": name} for step in store.feature_steps(run_id)
-            for name in analyze_checkpoint(store, run_id, step)]
+    done = []
+    for step in store.feature_steps(run_id):
+        if before is not None:
+            before()
+        done += [{"step": step, "analysis": name} for name in analyze_checkpoint(store, run_id, step)]
+    return done

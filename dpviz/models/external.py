@@ -34,7 +34,9 @@ from torch.nn import functional as F
 
 from ..errors import BackboneError, ConfigError, load_failure
 from . import register
-from .vit import ClsPos, ClsTokenFeatures
+from .vit import ClsPos, ClsTokenFeatures, register_with_opacus
+
+register_with_opacus()  # this module uses Opacus anyway (its validators)
 
 HEAD_PREFIXES = ("fc.", "head.")
 SHOWN_KEYS = 3  # how many mismatched keys an error names

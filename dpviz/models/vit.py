@@ -9,7 +9,6 @@ parameters that would push Opacus onto its slow functorch fallback.
 from __future__ import annotations
 
 import torch
-from opacus.grad_sample import register_grad_sampler
 from torch import nn
 
 from . import register
@@ -29,10 +28,19 @@ class ClsPos(nn.Module):
         return torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1) + self.pos
 
 
-@register_grad_sampler(ClsPos)
 def _clspos_grad_sample(layer: ClsPos, activations, backprops: torch.Tensor):
     # backprops: (B, T+1, D), the gradient w.r.t. the output.
     return {layer.cls: backprops[:, :1, :].unsqueeze(1), layer.pos: backprops.unsqueeze(1)}
+
+
+def register_with_opacus() -> None:
+    """Teach Opacus's hooks the per-sample gradient of `ClsPos` (idempotent). Called by whatever is
+    about to use Opacus's grad samplers, not at import: importing Opacus costs ≈ 1 s that the
+    default (book-keeping) path never needs."""
+    from opacus.grad_sample import GradSampleModule, register_grad_sampler
+
+    if ClsPos not in GradSampleModule.GRAD_SAMPLERS:
+        register_grad_sampler(ClsPos)(_clspos_grad_sample)
 
 
 class Attention(nn.Module):

@@ -12,8 +12,9 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-from opacus.accountants import create_accountant
-from opacus.accountants.analysis import rdp as _opacus_rdp
+from .opacus_accountants import create_accountant, rdp_analysis
+
+_opacus_rdp = rdp_analysis()
 
 MAX_SIGMA = 1e4
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from opacus import GradSampleModule
 from torch import nn
 
 from . import bk
@@ -58,6 +57,11 @@ class Stepper:
             self.keeper = bk.BookKeeper(module)
             self.forward = module
         else:
+            from opacus import GradSampleModule  # only here: the default path never imports Opacus's hooks
+
+            from ..models.vit import register_with_opacus
+
+            register_with_opacus()
             self.forward = GradSampleModule(module, batch_first=True, loss_reduction="sum")
 
     def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi"):

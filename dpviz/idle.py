@@ -1,0 +1,47 @@
+"""Training's claim on the CPU: a shared file lock that background analyses wait for.
+
+A command-line run returns as soon as it has trained and leaves its checkpoints' analyses to a
+detached, low-priority process. On a 2-core machine that process, even at nice 19, slows the user's
+next training loop about threefold (its 2 OpenMP threads keep waiting for the core it shares). So a
+training command holds ``<store>/training.lock`` shared while it trains, and the background analyses
+take it exclusively for an instant before each checkpoint: they wait while any run of the store trains,
+and a run never waits for them (shared requests are granted beside other shared holders).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from pathlib import Path
+
+
+def _open(root):
+    try:
+        return open(Path(root) / "training.lock", "a+")
+    except OSError:  # a read-only store: nothing trains into it, nothing to coordinate
+        return None
+
+
+@contextlib.contextmanager
+def training(root):
+    """Held while a run of the store at ``root`` trains."""
+    f = _open(root)
+    if f is None:
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def wait_until_idle(root) -> None:
+    """Return once no run of the store at ``root`` is training (at once when none is)."""
+    f = _open(root)
+    if f is None:
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_UN)
