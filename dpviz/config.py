@@ -28,6 +28,7 @@ def switched_off(variable: str) -> bool:
 
 DATASETS = ("digits", "glyphs", "synthetic", "mnist", "fashion-mnist", "cifar10", "stl10", "folder")
 BACKBONES = ("cnn", "vit", "resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")
+FILE_DATASETS = ("mnist", "fashion-mnist", "cifar10", "stl10", "folder")  # read from data_dir
 ACCOUNTANTS = ("prv", "rdp", "gdp")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
@@ -167,7 +168,10 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError("config", "an existing JSON or TOML file", str(path))
-    text = p.read_text()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("config", f"a readable UTF-8 JSON or TOML file ({path}: {type(e).__name__})") from None
     try:
         d = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:
@@ -179,6 +183,12 @@ def load_config_file(path: str | Path) -> dict:
         raise ConfigError("config", "a JSON object / TOML table of RunConfig fields", type(d).__name__)
     return d
 
+
+MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's domain overflows near 709
+# Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
+_INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
+               "checkpoint_every": (0, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1)}
+_TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 
 _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
@@ -194,6 +204,8 @@ def _coerce(cfg: RunConfig) -> None:
             raise ConfigError(name, f"a number ({typ.__name__})", v)
         if name == "epsilon" and isinstance(v, str) and v.strip().lower() in ("inf", "none", "infinity"):
             v = math.inf
+        elif name == "epsilon" and isinstance(v, str) and _overflows(v):  # "1e999" is not a request for no DP
+            raise ConfigError(name, f"a number in (0, {MAX_EPSILON:g}], or inf for no DP", v)
         if name == "switch_step" and isinstance(v, str) and v.strip().lower() == "auto":
             v = -1
         if name in AUTO_FIELDS and isinstance(v, str) and v.strip().lower() == AUTO:
@@ -207,6 +219,13 @@ def _coerce(cfg: RunConfig) -> None:
         if typ is int and isinstance(v, float) and v != int(v):
             raise ConfigError(name, "a whole number", v)
         object.__setattr__(cfg, name, cv)
+
+
+def _overflows(text: str) -> bool:
+    try:
+        return math.isinf(float(text))
+    except ValueError:
+        return False
 
 
 def _choice(cfg, name, allowed):
@@ -225,8 +244,8 @@ def validate(cfg: RunConfig) -> None:
                           ("accountant", ACCOUNTANTS), ("optimizer", OPTIMIZERS),
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS)):
         _choice(cfg, name, allowed)
-    if math.isnan(cfg.epsilon) or cfg.epsilon <= 0:
-        raise ConfigError("epsilon", "must be > 0 (or inf for no privacy)", cfg.epsilon)
+    if math.isnan(cfg.epsilon) or cfg.epsilon <= 0 or (math.isfinite(cfg.epsilon) and cfg.epsilon > MAX_EPSILON):
+        raise ConfigError("epsilon", f"a number in (0, {MAX_EPSILON:g}], or inf for no DP", cfg.epsilon)
     if not 0 < cfg.delta < 1:
         raise ConfigError("delta", "must be in (0, 1/n] where n is the training-set size", cfg.delta)
     for name in ("clip_norm", "lr_lp", "lr_ft"):
@@ -236,12 +255,21 @@ def validate(cfg: RunConfig) -> None:
         if not (math.isfinite(v) and v > 0):
             allowed = "a finite number > 0 or auto" if name in AUTO_FIELDS else "a finite number > 0"
             raise ConfigError(name, f"must be {allowed}", v)
-    for name, lo in (("batch_size", 1), ("epochs", 1), ("eval_every", 1), ("checkpoint_every", 0),
-                     ("eval_subset", 10), ("seed", 0)):
-        if getattr(cfg, name) < lo:
-            raise ConfigError(name, f"must be an integer >= {lo}", getattr(cfg, name))
+    for name, (lo, hi) in _INT_RANGES.items():
+        if not lo <= getattr(cfg, name) <= hi:
+            raise ConfigError(name, f"must be an integer in [{lo}, {hi}]", getattr(cfg, name))
+    for name in _TEXT_FIELDS:
+        v = getattr(cfg, name)
+        if v is not None and (not isinstance(v, str) or not v.strip()):
+            raise ConfigError(name, "a path (text), or nothing", v)
     strategies.validate(cfg)
-    if cfg.dataset in ("mnist", "fashion-mnist", "cifar10", "stl10", "folder") and not cfg.data_dir:
+    if cfg.dataset in FILE_DATASETS and not cfg.data_dir:
         raise ConfigError("data_dir", f"a local folder holding {cfg.dataset} (nothing is downloaded)")
     if cfg.backbone not in ("cnn", "vit") and not cfg.weights:
         raise ConfigError("weights", f"a local weights file for {cfg.backbone} (nothing is downloaded)")
+    if cfg.backbone in ("cnn", "vit") and cfg.weights:  # else ignored, yet stored under another hash
+        raise ConfigError("weights", f"only for {', '.join(BACKBONES[2:])}: {cfg.backbone} is dpviz's own, "
+                          "pretrained on public data; leave weights out", cfg.weights)
+    if cfg.dataset not in FILE_DATASETS and cfg.data_dir:
+        raise ConfigError("data_dir", f"only for {', '.join(FILE_DATASETS)}: {cfg.dataset} ships with dpviz; "
+                          "leave data_dir out", cfg.data_dir)

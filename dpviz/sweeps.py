@@ -1,9 +1,10 @@
 """Sweeps and searches as Optuna studies; every trial is an ordinary dpviz run.
 
-* A **budget sweep** is a grid over (ε, LP fraction, seed): the study uses
-  Optuna's `GridSampler`, and every grid point is also enqueued as a waiting
-  trial, so workers pop distinct points atomically from the storage and no
-  point runs twice, however many workers share the study.
+* A **budget sweep** is a grid over (ε, LP fraction, seed): every grid point is
+  enqueued as a waiting trial, so workers pop distinct points atomically from
+  the storage and no point runs twice, however many workers share the study.
+  (No `GridSampler`: nothing is sampled, and its bookkeeping fails on enqueued
+  trials of a one-point grid, ``KeyError: 'grid_id'``.)
 * A **tuning search** samples learning rates, clipping norm, batch size and
   epochs with TPE.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import optuna
 
 from .config import RunConfig
+from .errors import ConfigError
 from .store import Store, default_cache_dir, process_token
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -38,13 +40,26 @@ def storage(url: str | None, cache_dir=None):
     """
     url = url or os.environ.get("DPVIZ_STORAGE")
     if url:
-        return url
+        return _rdb(url)
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     path = Path(cache_dir or default_cache_dir()) / "optuna.journal"
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _rdb(url: str):
+    """Optuna's RDB storage at ``url``; a URL that names no installed database driver, or a database that
+    cannot be opened, is one `ConfigError` naming ``storage``."""
+    import optuna
+
+    try:
+        return optuna.storages.RDBStorage(url)
+    except Exception as e:  # noqa: BLE001 - sqlalchemy raises many kinds; each is one line to the user
+        why = " ".join(str(e).split())[:160]
+        raise ConfigError("storage", "an Optuna storage URL that opens, such as sqlite:///sweeps.db or "
+                          f"postgresql://user@host/db ({type(e).__name__}: {why})", url) from None
 
 
 def _eps(v) -> float:
@@ -70,7 +85,7 @@ def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage
     name = study_name(kind, base, {"points": points})
     st = storage(storage_url, cache_dir)
     study = optuna.create_study(study_name=name, storage=st, direction="maximize", load_if_exists=True,
-                                sampler=optuna.samplers.GridSampler(space))
+                                sampler=optuna.samplers.RandomSampler(seed=0))  # never asked: points are enqueued
     study.set_user_attr("kind", kind)
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
@@ -90,7 +105,7 @@ def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, 
     """Points of the sparse profile: row selections at every s, bias/norm once, DP-FFT (100 %) and
     DP-LoRA at each rank in ``lora_ranks``.
 
-    Every point names the same fields (the grid sampler needs them all); a field a point's strategy
+    Every point names the same fields (the study's space lists them all); a field a point's strategy
     does not read takes its default, which leaves the run's hash unchanged.
     """
     from .sparse import ROW_SELECTIONS

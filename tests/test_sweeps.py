@@ -33,6 +33,15 @@ def test_budget_sweep_end_to_end(cli_env, cache_dir):
         assert Store(cache_dir).get_run(row["run_id"])["status"] == "finished"
 
 
+def test_a_one_point_budget_grid_finishes(cache_dir):
+    """Optuna's GridSampler failed every one-point grid after its run (KeyError 'grid_id')."""
+    study = sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5],
+                                                                            seeds=[0]), cache_dir=cache_dir)
+    done = sweeps.work(study, cache_dir=cache_dir)
+    assert len(done) == 1 and done[0]["epsilon_spent"] <= 1
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE]
+
+
 def test_resume_runs_only_missing_points(cache_dir):
     base = RunConfig(**BASE)
     space = sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 0.5, 1.0], seeds=[0])
