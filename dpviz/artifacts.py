@@ -69,7 +69,10 @@ def _stamped(where: str, expected: str, kind, schema) -> None:
 
 
 def _unreadable(path: Path, kind: str, e: Exception) -> StoreError:
-    return StoreError(f"artifact {path}: cannot be read as {kind} ({load_failure(e)})")
+    """A damaged file: which one, why, and what to do (the run's folder is ``runs/<run_id>/``)."""
+    run = path.parent.parent.name if path.parent.name in ("features", "weights") else path.parent.name
+    return StoreError(f"artifact {path}: cannot be read as {kind} ({load_failure(e)}); the file is damaged: "
+                      f"restore it from a backup, or delete run {run} (`python -m dpviz delete {run}`)")
 
 
 # --- npz: features ------------------------------------------------------------

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     ls = sub.add_parser("list", help="list stored runs")
-    ls.add_argument("--status", default=None)
+    ls.add_argument("--status", default=None, choices=["queued", "running", "finished", "failed", "cancelled",
+                                                        "interrupted"])
     ls.add_argument("--json", action="store_true")
     sh = sub.add_parser("show", help="show one stored run")
     sh.add_argument("run_id")
@@ -228,7 +229,14 @@ def _update(bar, step, last):
 
 
 def _text(s: dict) -> str:
-    eps = "no DP" if s.get("epsilon_spent") is None else f"ε spent {s['epsilon_spent']:.4g}"
+    if str(s["config"].get("epsilon")) in ("inf", "None"):
+        eps = "no DP"
+    elif s.get("epsilon_spent") is not None:
+        eps = f"ε spent {s['epsilon_spent']:.4g}"
+    else:  # stopped before the end: the budget bounds it; the last recorded step says how far it got
+        rec = s.get("epsilon_recorded")
+        seen = f", {rec[1]:.4g} recorded at step {rec[0]}" if rec else ""
+        eps = f"{s.get('status', 'stopped')} at step {s.get('step') or 0}: ε spent ≤ {s['config']['epsilon']:g}{seen}"
     acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
     src = " (from cache)" if s.get("cached") else ""
     return f"{s['run_id']}  {s['config']['strategy']:<8} test acc {acc}  {eps}{src}"
@@ -238,7 +246,8 @@ def cmd_list(args) -> int:
     from .runner import summary_of
     from .store import Store
 
-    rows = [summary_of(r) for r in Store(args.cache_dir).list_runs(args.status)]
+    store = Store(args.cache_dir)
+    rows = [summary_of(r, store) for r in store.list_runs(args.status)]
     if args.json:
         print(_dump(rows))
     else:
@@ -251,7 +260,8 @@ def cmd_show(args) -> int:
     from .runner import summary_of
     from .store import Store
 
-    s = summary_of(Store(args.cache_dir).get_run(args.run_id))
+    store = Store(args.cache_dir)
+    s = summary_of(store.get_run(args.run_id), store)
     print(_dump(s) if args.json else _dump(s))
     return 0
 
@@ -271,13 +281,19 @@ def cmd_delete(args) -> int:
 def cmd_sweep(args) -> int:
     from . import sweeps
 
+    from . import engine
+
     base = config_from_args(args)
-    args.epsilons = ["inf" if e.lower() in ("inf", "none") else str(float(e)) for e in args.epsilons]
+    _at_least(args, "workers", 1)
+    args.epsilons = [_epsilon_text(e) for e in args.epsilons]
     for e in args.epsilons:
         RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
+    engine.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
     if args.kind == "budget":
         for p in args.fractions:
             base.replace(lp_fraction=p)
+        for seed in args.seeds:
+            base.replace(seed=seed)
         space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
         study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
     else:
@@ -298,11 +314,49 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _at_least(args, name: str, low: int) -> None:
+    v = getattr(args, name)
+    if v is not None and v < low:
+        raise ConfigError(name, f"an integer >= {low}", v)
+
+
+def _epsilon_text(e: str) -> str:
+    """A sweep's ε as RunConfig reads it ("inf" for no DP); anything else is one line naming epsilon."""
+    if e.strip().lower() in ("inf", "none", "infinity"):
+        return "inf"
+    try:
+        v = float(e)
+    except ValueError:
+        raise ConfigError("epsilon", "numbers in (0, 100], or inf for no DP", e) from None
+    if math.isinf(v):
+        raise ConfigError("epsilon", "numbers in (0, 100], or inf for no DP", e)
+    return str(v)
+
+
+def _tune_space(args, tunable) -> dict:
+    """{field: (low, high)} of the ranges given; each finite, 0 < low <= high (searched on a log scale)."""
+    space = {}
+    for k in tunable:
+        r = getattr(args, "range_" + k)
+        if r is None:
+            continue
+        lo, hi = r
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+            raise ConfigError(k, "a range LOW HIGH of finite numbers with 0 < LOW <= HIGH", f"{lo:g} {hi:g}")
+        if k in ("batch_size", "epochs"):  # each end must itself be a valid value
+            for end in (lo, hi):
+                RunConfig().replace(**{k: int(end)})
+        space[k] = r
+    return space
+
+
 def cmd_tune(args) -> int:
     from . import sweeps
 
     base = config_from_args(args)
-    space = {k: getattr(args, "range_" + k) for k in sweeps.TUNABLE if getattr(args, "range_" + k) is not None}
+    _at_least(args, "trials", 1)
+    _at_least(args, "workers", 1)
+    space = _tune_space(args, sweeps.TUNABLE)
     if not space:
         raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
     study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir,
@@ -327,11 +381,14 @@ def cmd_worker(args) -> int:
 
     from . import sweeps
 
+    _at_least(args, "threads", 1)
     if args.threads:
         torch.set_num_threads(args.threads)
     st = sweeps.storage(args.storage, args.cache_dir)
-    names = [args.study] if args.study else [s.study_name for s in optuna.get_all_study_summaries(st)
-                                             if s.study_name.startswith("dpviz-")]
+    known = [s.study_name for s in optuna.get_all_study_summaries(st) if s.study_name.startswith("dpviz-")]
+    if args.study and args.study not in known:
+        raise ConfigError("study", f"a dpviz study in this storage ({', '.join(known) or 'none yet'})", args.study)
+    names = [args.study] if args.study else known
     for name in names:
         sweeps.work(optuna.load_study(study_name=name, storage=st), cache_dir=args.cache_dir)
     return 0
@@ -364,10 +421,11 @@ def cmd_accountants(args) -> int:
     from .privacy.accounting import sigma_by_batch_size
 
     checks = (("epsilon", args.epsilon > 0 and math.isfinite(args.epsilon), "a finite number > 0"),
-              ("delta", 0 < args.delta < 1, "a number in (0, 1)"), ("epochs", args.epochs >= 1, "an integer >= 1"),
+              ("epochs", args.epochs >= 1, "an integer >= 1"),
               ("dataset_size", args.dataset_size >= 1, "an integer >= 1"),
               ("batch_sizes", all(1 <= b <= args.dataset_size for b in args.batch_sizes),
                f"integers in [1, dataset_size = {args.dataset_size}]"),
+              ("delta", 0 < args.delta <= 1 / max(args.dataset_size, 1), "a number in (0, 1/dataset_size]"),
               ("accountants", set(args.accountants) <= set(ACCOUNTANTS), f"some of {', '.join(ACCOUNTANTS)}"))
     for name, ok, allowed in checks:
         if not ok:
@@ -393,12 +451,23 @@ def cmd_features(args) -> int:
     store = Store(args.cache_dir)
     step = resolve_step(store, args.run_id, args.step)
     arrays = store.load_features(args.run_id, step)
-    out = Path(args.out)
-    if not out.parent.is_dir():
-        raise ConfigError("out", "a file in an existing folder", str(out))
-    write_atomic(out, lambda p: np.savez(open(p, "wb"), **arrays))
+    out = _output_file(args.out)
+    try:
+        write_atomic(out, lambda p: np.savez(open(p, "wb"), **arrays))
+    except OSError as e:
+        raise ConfigError("out", f"a file dpviz can write ({e.strerror or type(e).__name__})", args.out) from None
     print(f"wrote {out} (step {step}: {', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
     return 0
+
+
+def _output_file(text: str) -> Path:
+    """``text`` as a file to create or replace: not empty, not a folder, in an existing folder."""
+    out = Path(text)
+    if not text.strip() or out.name in ("", ".", "..") or out.is_dir():
+        raise ConfigError("out", "a file name (not a folder) in an existing folder", text)
+    if not out.parent.is_dir():
+        raise ConfigError("out", "a file in an existing folder", text)
+    return out
 
 
 def cmd_strategies(args) -> int:

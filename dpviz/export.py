@@ -10,10 +10,10 @@ and plotly.js comes from the plotly package.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -37,12 +37,18 @@ def chromium_path() -> str:
 
 
 def _wrapper(browser: str) -> str:
-    d = Path(tempfile.gettempdir()) / f"dpviz-chromium-{os.getuid()}"
-    d.mkdir(exist_ok=True)
-    w = d / "chromium"
-    w.write_text(f'#!/bin/sh\nexec "{browser}" --disable-background-networking --disable-quic "$@"\n')
-    w.chmod(w.stat().st_mode | stat.S_IXUSR)
-    return str(w)
+    """A script that starts ``browser`` with dpviz's flags, in a fresh private folder of this process.
+
+    Never a predictable shared path: a folder or link planted there by another user would be followed
+    (the script written through it, and made executable). ``mkdtemp`` creates a new 0700 folder, and
+    O_EXCL refuses to write through anything already at the name; both go when the process ends."""
+    d = tempfile.mkdtemp(prefix="dpviz-chromium-")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    w = os.path.join(d, "chromium")
+    fd = os.open(w, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o700)
+    with os.fdopen(fd, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{browser}" --disable-background-networking --disable-quic "$@"\n')
+    return w
 
 
 def _ensure_server() -> None:

@@ -88,10 +88,16 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     return {**summary, "cached": False}
 
 
-def summary_of(run: dict) -> dict:
-    """The summary of a stored run; unfinished runs get their config and status."""
+def summary_of(run: dict, store: Store | None = None) -> dict:
+    """The summary of a stored run. An unfinished private run also gets, given the ``store``,
+    ``epsilon_recorded``: [step, ε] of its last recorded step. What it released after that step was
+    not recorded, so the guarantee for an interrupted run is its budget, ``config["epsilon"]``."""
     base = run["summary"] or {"run_id": run["run_id"], "config": run["config"],
                               "config_hash": run["config_hash"], "test_accuracy": None,
                               "epsilon_spent": None}
-    return {**base, "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
-            "error": run["error"]}
+    out = {**base, "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
+           "error": run["error"]}
+    if run["summary"] is None and store is not None:
+        eps = [(k, v) for k, v in store.metrics(run["run_id"], "epsilon").get("epsilon", []) if v is not None]
+        out["epsilon_recorded"] = list(max(eps)) if eps else None
+    return out

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import artifacts
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -77,12 +77,25 @@ def _owner_alive(owner: str | None) -> bool:
     return process_token(int(pid)) == owner
 
 
+def damaged_database(db: Path, e: sqlite3.DatabaseError) -> StoreError:
+    """One line for a store database that cannot be read or written, with what to do."""
+    why = str(e).split("\n")[0]
+    if "readonly" in why or "read-only" in why:
+        return StoreError(f"store: {db} is read-only ({why}); make it writable, or use another --cache-dir")
+    return StoreError(f"store: {db} is damaged or not a dpviz store ({why}); restore it from a backup, or move it "
+                      "away (its runs are then no longer listed) or use another --cache-dir")
+
+
 def write_atomic(path: Path, write) -> None:
     """Call ``write(tmp_path)`` then rename, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
+        raise
 
 
 class Store:
@@ -90,27 +103,41 @@ class Store:
 
     def __init__(self, cache_dir: str | Path | None = None):
         self.root = Path(cache_dir) if cache_dir else default_cache_dir()
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError("cache_dir", f"a folder dpviz can create and write ({e.strerror or type(e).__name__})",
+                              str(self.root)) from None
         self.db = self.root / "runs.sqlite"
         # Creating the file, switching it to WAL (a persistent setting) and the schema happen
         # under a file lock: two processes opening a new store at once would otherwise race
         # on the journal-mode switch ("database is locked").
-        with open(self.root / ".store.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            with self._conn() as c:
-                c.execute("PRAGMA journal_mode=WAL")
-                c.executescript(SCHEMA)
-                _migrate(c)
-            self.recover()
+        try:
+            with open(self.root / ".store.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                with self._conn() as c:
+                    c.execute("PRAGMA journal_mode=WAL")
+                    c.executescript(SCHEMA)
+                    _migrate(c)
+                self.recover()
+        except OSError as e:
+            raise ConfigError("cache_dir", f"a folder dpviz can write ({e.strerror or type(e).__name__})",
+                              str(self.root)) from None
 
     @contextmanager
     def _conn(self):
-        c = sqlite3.connect(self.db, timeout=60, isolation_level=None)
+        """A connection; a database that cannot be read or written is one `StoreError` saying what to do."""
+        try:
+            c = sqlite3.connect(self.db, timeout=60, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise damaged_database(self.db, e) from None
         try:
             c.execute("PRAGMA synchronous=NORMAL")
             c.execute("PRAGMA busy_timeout=60000")
             c.row_factory = sqlite3.Row
             yield c
+        except sqlite3.DatabaseError as e:
+            raise damaged_database(self.db, e) from None
         finally:
             c.close()
 

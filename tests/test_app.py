@@ -211,3 +211,22 @@ def test_budget_page_draws_accuracy_and_loss_utility_curves(app_env):
     keys = [c.key for c in at.get("plotly_chart")]
     assert {"bu_curve", "bu_curve_loss", "bu_runs"} <= set(keys), keys
     assert any("best LP share per ε" in m.value for m in at.markdown)
+
+
+def test_the_app_refuses_to_serve_beyond_loopback(app_env, monkeypatch):
+    """Off loopback the dashboard shows only why (it reads local paths), unless DPVIZ_ALLOW_REMOTE=1."""
+    from streamlit import config
+
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+        assert [e.value for e in at.error] and "not loopback" in at.error[0].value
+        assert not at.subheader  # the Runs page was not rendered
+        monkeypatch.setenv("DPVIZ_ALLOW_REMOTE", "1")
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+        assert not at.exception and "1 · Configure" in [h.value for h in at.subheader]
+    finally:
+        config.set_option("server.address", before)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()  # the shipped config: loopback
+    assert not at.error and "1 · Configure" in [h.value for h in at.subheader]

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from . import layers, register
 
 
@@ -44,8 +45,15 @@ class KnnResult:
         return asdict(self)
 
 
+def check_k(k, n: int) -> None:
+    """k must be a whole number in [1, n // 2]: each half of the n stored examples votes for the other."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n // 2:
+        raise ConfigError("k", f"an integer in [1, {n // 2}] (half of the {n} stored examples vote)", k)
+
+
 @register("knn", "k-NN accuracy (cosine, 2-fold) of the penultimate features", k=20)
 def knn(features: dict, k: int = 20) -> KnnResult:
     x, y = layers(features)[-1], np.asarray(features["labels"])
+    check_k(k, len(y))
     correct = sum((knn_predict(x[a], y[a], x[b], k) == y[b]).sum() for a, b in folds(len(y)))
     return KnnResult(float(correct / len(y)), int(k), int(len(y)), len(layers(features)) - 1)
