@@ -213,7 +213,7 @@ def _coerce(cfg: RunConfig) -> None:
             continue
         try:
             cv = typ(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             allowed = "a finite number > 0 or auto" if name in AUTO_FIELDS else f"a number ({typ.__name__})"
             raise ConfigError(name, allowed, v) from None
         if typ is int and isinstance(v, float) and v != int(v):
