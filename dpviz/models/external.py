@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from functools import partial
 
 import timm
@@ -62,7 +63,9 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     if path is None or not os.path.isfile(path):
         raise ConfigError("weights", "an existing local weights file (nothing is downloaded)", path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns on some garbage before failing: the error is the one line
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt, truncated, or refused by weights_only
         raise ConfigError("weights", f"a readable torch weights file ({load_failure(e)})", str(path)) from None
     if isinstance(obj, dict):
