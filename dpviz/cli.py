@@ -279,15 +279,13 @@ def cmd_delete(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from . import sweeps
-
-    from . import engine
+    from . import engine, sweeps
 
     base = config_from_args(args)
     _at_least(args, "workers", 1)
-    args.epsilons = [_epsilon_text(e) for e in args.epsilons]
     for e in args.epsilons:
         RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
+    args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
     engine.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
     if args.kind == "budget":
         for p in args.fractions:
@@ -318,19 +316,6 @@ def _at_least(args, name: str, low: int) -> None:
     v = getattr(args, name)
     if v is not None and v < low:
         raise ConfigError(name, f"an integer >= {low}", v)
-
-
-def _epsilon_text(e: str) -> str:
-    """A sweep's ε as RunConfig reads it ("inf" for no DP); anything else is one line naming epsilon."""
-    if e.strip().lower() in ("inf", "none", "infinity"):
-        return "inf"
-    try:
-        v = float(e)
-    except ValueError:
-        raise ConfigError("epsilon", "numbers in (0, 100], or inf for no DP", e) from None
-    if math.isinf(v):
-        raise ConfigError("epsilon", "numbers in (0, 100], or inf for no DP", e)
-    return str(v)
 
 
 def _tune_space(args, tunable) -> dict:

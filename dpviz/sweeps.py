@@ -52,8 +52,6 @@ def storage(url: str | None, cache_dir=None):
 def _rdb(url: str):
     """Optuna's RDB storage at ``url``; a URL that names no installed database driver, or a database that
     cannot be opened, is one `ConfigError` naming ``storage``."""
-    import optuna
-
     try:
         return optuna.storages.RDBStorage(url)
     except Exception as e:  # noqa: BLE001 - sqlalchemy raises many kinds; each is one line to the user

@@ -15,7 +15,6 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
-
 import torch
 import torch.nn.functional as F
 

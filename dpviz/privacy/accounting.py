@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+
 from .opacus_accountants import create_accountant, rdp_analysis
 
 _opacus_rdp = rdp_analysis()
