@@ -6,7 +6,7 @@ import math
 
 import streamlit as st
 
-from dpviz import autotune, engine, strategies
+from dpviz import autotune, calibration, strategies
 from dpviz.config import ACCOUNTANTS, AUTO, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, RunConfig
 from dpviz.errors import DpvizError
 
@@ -18,7 +18,7 @@ D = RunConfig.__dataclass_fields__
 
 @st.cache_data(show_spinner="Calibrating the noise for this budget…", max_entries=256)
 def _preview(cfg_json: str) -> dict:
-    return engine.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
+    return calibration.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
 
 
 def _privacy_widgets() -> dict:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def _train(cfg, args) -> dict | None:
 
     from . import idle, runner
     from .errors import Cancelled
+    from .privacy import ahead
     from .store import Store
 
     cancel = threading.Event()
@@ -187,14 +189,17 @@ def _train(cfg, args) -> dict | None:
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     store = Store(args.cache_dir)
+    early = ahead.start(cfg)  # σ and the ε curve in a second process while this one imports torch
     try:
         with idle.training(store.root):  # background analyses of earlier runs wait meanwhile
-            return runner.run(cfg, store=store, force=args.force, progress=progress, cancel=cancel)
+            return runner.run(cfg, store=store, force=args.force, progress=progress, cancel=cancel, ahead=early)
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None
     finally:
         signal.signal(signal.SIGINT, previous)
+        if early is not None:
+            early.close()
         if bar is not None:
             bar.close()
 
@@ -279,14 +284,14 @@ def cmd_delete(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from . import engine, sweeps
+    from . import calibration, sweeps
 
     base = config_from_args(args)
     _at_least(args, "workers", 1)
     for e in args.epsilons:
         RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
     args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
-    engine.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
+    calibration.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
     if args.kind == "budget":
         for p in args.fractions:
             base.replace(lp_fraction=p)
@@ -381,8 +386,14 @@ def cmd_worker(args) -> int:
 
 def cmd_analyze(args) -> int:
     from . import idle
-    from .analyses.service import analyze, analyze_missing
     from .store import Store
+
+    if args.analysis == "all" and args.when_idle:
+        # The everyday pattern is a run, then the next run at once: let that command take the training
+        # lock before this process imports torch beside it, then wait until nothing trains.
+        time.sleep(idle.GRACE_S)
+        idle.wait_until_idle(Store(args.cache_dir).root)
+    from .analyses.service import analyze, analyze_missing
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
         store = Store(args.cache_dir)

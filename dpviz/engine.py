@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import data, models, optim, strategies
+from . import data, errors, models, optim, strategies
+from .calibration import calibrated_phases, check_delta, check_public, preview
 from .config import RunConfig
-from . import errors
 from .errors import ConfigError
 from .models.pretrain import pretrained_backbone
+from .tasks import Shape
 from .privacy import accounting, dpsgd
 from .privacy.accounting import Phase
 
@@ -56,90 +57,37 @@ def build_backbone(cfg: RunConfig, bundle: data.Bundle, cache_dir) -> nn.Module:
     return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
 
 
-def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
-    """Phases and Poisson sampling rate q = B/n; T = epochs · round(n/B) steps."""
-    if cfg.batch_size > n:
-        raise ConfigError("batch_size", f"must be <= the training-set size n = {n}", cfg.batch_size)
-    q = cfg.batch_size / n
-    per_epoch = max(1, round(n / cfg.batch_size))
-    return strategies.plan(cfg, total_steps=cfg.epochs * per_epoch, steps_per_epoch=per_epoch,
-                           num_blocks=num_blocks), q
+def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None) -> Prepared:
+    """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule.
 
-
-def _check_delta(cfg: RunConfig, bundle: data.Bundle) -> None:
-    if cfg.private and cfg.delta > 1 / bundle.n:
-        raise ConfigError("delta", f"must be in (0, 1/n] = (0, {1 / bundle.n:.3g}] for {cfg.dataset} "
-                          f"(n = {bundle.n})", cfg.delta)
-
-
-def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list, list[Phase], float]:
-    """Plans, phases with the calibrated σ, and q for a training set of size n."""
-    plans, q = schedule(cfg, n, num_blocks)
-    # only private phases enter the accountant: a public phase touches no private record
-    phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q, clip_norm=cfg.clip_norm)
-              for p in plans if not p.public]
-    if cfg.private:
-        try:
-            sigma = accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta,
-                                               phases=phases, accountant=cfg.accountant)
-        except ValueError as e:
-            raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
-        phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=sigma, sample_rate=q, clip_norm=cfg.clip_norm)
-                  for p in phases]
-    return plans, phases, q
-
-
-def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True) -> Prepared:
-    """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule."""
+    ``ahead``: a `dpviz.privacy.ahead.Ahead` computing σ and the ε curve in parallel; used where it
+    computed them for the schedule loaded here, else they are computed here.
+    """
     if cfg.auto:  # a training run needs numbers: resolved on public data (`runner.run` does it before hashing)
         from .autotune import resolve
 
         cfg, _ = resolve(cfg, cache_dir=cache_dir, validate=preview)
     device = resolve_device(cfg.device)
     bundle = data.load(cfg)
-    _check_delta(cfg, bundle)
+    check_delta(cfg, bundle.n)
     backbone = build_backbone(cfg, bundle, cache_dir)
-    plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
+    blocks = models.count_blocks(backbone)
+    sigma, curve = (ahead.take(bundle.n, blocks) if ahead else None) or (None, None)
+    plans, phases, q = calibrated_phases(cfg, bundle.n, blocks, sigma=sigma)
     torch.manual_seed(cfg.seed)  # the head's random initialisation
     model = models.Classifier(backbone, bundle.num_classes)
     public = load_public(cfg, bundle) if any(p.public for p in plans) else None
     prep = Prepared(cfg=cfg, bundle=bundle, model=model, plans=plans, phases=phases, sample_rate=q, device=device,
                     public=public)
     if with_curve and cfg.private:
-        prep.eps_curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+        prep.eps_curve = curve or accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
     return prep
 
 
 def load_public(cfg: RunConfig, bundle: data.Bundle) -> data.Bundle:
     """The continual strategy's public data; it must look like the private task (shape, classes)."""
-    pub = data.LOADERS[cfg.public_dataset](None)
-    if (pub.channels, pub.size, pub.num_classes) != (bundle.channels, bundle.size, bundle.num_classes):
-        raise ConfigError("public_dataset", f"a public dataset with the private data's shape and classes "
-                          f"({bundle.channels}×{bundle.size}×{bundle.size}, {bundle.num_classes} classes); "
-                          f"{cfg.public_dataset} has {pub.channels}×{pub.size}×{pub.size}, {pub.num_classes}",
-                          cfg.public_dataset)
-    return pub
-
-
-def preview(cfg: RunConfig) -> dict:
-    """What a config implies before launch: σ, q and the steps of each phase.
-
-    Validates like `prepare` (dataset, δ ≤ 1/n, blocks, weights) but neither
-    pretrains nor trains, so forms can show it as the user edits.
-    """
-    from .autotune import placeholder
-
-    cfg = placeholder(cfg)  # σ and the steps do not depend on the learning rates
-    bundle = data.load(cfg)
-    _check_delta(cfg, bundle)
-    backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size,
-                                     weights=cfg.weights)
-    plans, phases, q = calibrated_phases(cfg, bundle.n, models.count_blocks(backbone))
-    if any(p.public for p in plans):
-        load_public(cfg, bundle)
-    return {"noise_multiplier": phases[0].noise_multiplier, "sample_rate": q, "n_train": bundle.n,
-            "total_steps": sum(p.steps for p in phases), "num_blocks": models.count_blocks(backbone),
-            "phases": [p.to_dict() for p in phases]}
+    check_public(cfg, Shape(bundle.n, bundle.channels, bundle.size, bundle.num_classes))
+    return data.LOADERS[cfg.public_dataset](None)
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:

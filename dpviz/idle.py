@@ -5,7 +5,9 @@ detached, low-priority process. On a 2-core machine that process, even at nice 1
 next training loop about threefold (its 2 OpenMP threads keep waiting for the core it shares). So a
 training command holds ``<store>/training.lock`` shared while it trains, and the background analyses
 take it exclusively for an instant before each checkpoint: they wait while any run of the store trains,
-and a run never waits for them (shared requests are granted beside other shared holders).
+and a run never waits for them (shared requests are granted beside other shared holders). They also
+start only `GRACE_S` after the command that spawned them, so that a command the user starts right
+after it takes the lock before they import torch beside it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 from pathlib import Path
+
+GRACE_S = 1.0
 
 
 def _open(root):

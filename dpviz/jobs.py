@@ -13,8 +13,6 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import torch
-
 from .config import RunConfig
 from .errors import Cancelled
 from .runner import run
@@ -58,8 +56,9 @@ class JobManager:
         self.store = Store(cache_dir)
         self.analyses = analyses
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
-        if workers > 1:  # torch threads × workers ≤ cores: oversubscribed OpenMP crawls
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        # torch threads × workers ≤ cores (oversubscribed OpenMP crawls); set by the first job, so that
+        # a registry that only lists jobs (the dashboard's first page) never imports torch
+        self.torch_threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
         self.analysis_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-analysis")
@@ -74,6 +73,11 @@ class JobManager:
         return job
 
     def _work(self, job: Job, force: bool) -> None:
+        if self.torch_threads:
+            import torch
+
+            torch.set_num_threads(self.torch_threads)
+
         def progress(step, total, last):
             job.step, job.total_steps, job.last = step, total, last
 

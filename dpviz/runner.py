@@ -38,7 +38,7 @@ def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dic
 def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bool = False,
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
-        on_checkpoint: Callable[[str, int], None] | None = None) -> dict:
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run).
 
     Args:
@@ -51,6 +51,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         cancel: an event that stops the run at the next step.
         on_start: called with the new run's id once it is stored.
         on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
+        ahead: σ and the ε curve being computed in parallel (`dpviz.privacy.ahead.start`), if any.
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -59,16 +60,16 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         ConfigError: bad input; nothing is stored in that case.
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
-    from . import engine, trainer  # torch: only when something trains
+    from . import calibration, engine, trainer  # torch: only when something trains
 
     store = store or Store(cache_dir)
-    cfg, auto = _resolved(cfg, store, validate=engine.preview)
+    cfg, auto = _resolved(cfg, store, validate=calibration.preview)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
         if on_start:
             on_start(hit["run_id"])
         return {**hit["summary"], **auto, "cached": True}  # this request's resolution
-    prep = engine.prepare(cfg, cache_dir=store.root)  # every input error is raised here
+    prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
     run_id = store.create_run(h, cfg.to_json(), prep.total_steps)
     store.update_run(run_id, started=time.time())
     if on_start:

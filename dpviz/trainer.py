@@ -181,7 +181,10 @@ def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict 
     cfg = prep.cfg
     spent = None
     if cfg.private:
-        spent = accounting.epsilon(phases=prep.phases, delta=cfg.delta, accountant=cfg.accountant)
+        # the curve's last point is this very composition (`epsilon_curve` always includes the end)
+        spent = prep.eps_curve.get(sum(p.steps for p in prep.phases))
+        if spent is None:
+            spent = accounting.epsilon(phases=prep.phases, delta=cfg.delta, accountant=cfg.accountant)
         if spent > cfg.epsilon + 1e-9:  # calibration guarantees this never happens
             raise RuntimeError(f"privacy accounting error: spent {spent} > target {cfg.epsilon}")
     return {

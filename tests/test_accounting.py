@@ -145,3 +145,38 @@ print("ok", ours["prv"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok")
+
+
+def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedule():
+    """`dpviz.privacy.ahead` (σ and the ε curve in a second process while a command imports torch) must
+    give exactly what the run would compute itself, and nothing for a schedule it did not compute."""
+    from dpviz.calibration import calibrated_phases
+    from dpviz.config import RunConfig
+    from dpviz.privacy import ahead
+
+    cfg = RunConfig(strategy="lp-fft", epsilon=3.0)
+    first, second = ahead.start(cfg), ahead.start(cfg)
+    _, phases, _ = calibrated_phases(cfg, 1437, 3)  # digits, cnn
+    curve = epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+    assert first.take(1437, 3) == (phases[0].noise_multiplier, curve)
+    assert second.take(1500, 3) is None  # the run loaded another n: it calibrates itself
+    assert ahead.start(cfg.replace(epsilon=math.inf)) is None  # nothing to account
+    assert ahead.start(cfg.replace(dataset="mnist", data_dir="/nowhere")) is None  # n known only by loading
+
+
+def test_the_preview_of_dpvizs_own_tasks_and_the_dashboards_modules_import_no_torch():
+    """The dashboard's first page previews σ as the user edits: for dpviz's own datasets and backbones
+    that must not cost torch's import (≈ 2 s of the first page)."""
+    code = """
+import sys
+import dashboard.forms, dashboard.layout, dashboard.runs, dashboard.state
+from dpviz import calibration
+from dpviz.config import RunConfig
+p = calibration.preview(RunConfig(strategy="partial", epsilon=2.0))
+assert "torch" not in sys.modules, "torch imported"
+print(p["noise_multiplier"], p["num_blocks"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sigma, blocks = out.stdout.split()
+    assert float(sigma) > 0 and blocks == "3"

@@ -8,7 +8,7 @@ import torch
 from opacus.accountants import create_accountant
 
 import dpviz
-from dpviz import data, engine, strategies
+from dpviz import calibration, data, engine, strategies
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.store import Store
@@ -63,7 +63,7 @@ def test_automatic_switch_measures_the_decelerator_on_public_data(poisoned_priva
 def test_epsilon_counts_only_the_private_phase(cache_dir):
     cfg = RunConfig(strategy="continual", epsilon=1.0, epochs=2, switch_step=10)
     s = dpviz.run(cfg, cache_dir=cache_dir)
-    fft = engine.preview(cfg.replace(strategy="fft"))
+    fft = calibration.preview(cfg.replace(strategy="fft"))
     assert [p["name"] for p in s["phases"]] == ["dp"] and s["phases"][0]["steps"] == fft["total_steps"]
     assert s["phases"][0]["noise_multiplier"] == pytest.approx(fft["noise_multiplier"])
     acc = create_accountant("prv")
@@ -91,4 +91,4 @@ def test_bad_continual_inputs():
     with pytest.raises(ConfigError, match="switch_threshold"):
         RunConfig(strategy="continual", switch_threshold=1.5)
     with pytest.raises(ConfigError, match="public_dataset"):
-        engine.preview(RunConfig(strategy="continual", public_dataset="synthetic"))  # 2 classes vs 10
+        calibration.preview(RunConfig(strategy="continual", public_dataset="synthetic"))  # 2 classes vs 10

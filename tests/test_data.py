@@ -91,3 +91,16 @@ def test_synthetic_is_linearly_separable_with_margin():
     w = torch.linalg.lstsq(torch.cat([x, torch.ones(len(x), 1)], 1), y[:, None]).solution
     pred = torch.sign(torch.cat([x, torch.ones(len(x), 1)], 1) @ w).squeeze()
     assert (pred == y).double().mean() > 0.97
+
+
+def test_the_static_task_table_is_what_loading_gives():
+    """`dpviz.tasks` sizes previews and early accounting without torch: every entry must be what
+    loading the dataset and building the backbone give (a drift would calibrate σ for the wrong n)."""
+    from dpviz import tasks
+    from dpviz.calibration import loaded_shape
+
+    for dataset in tasks.DATASETS:
+        for backbone in tasks.BLOCKS:
+            cfg = RunConfig(dataset=dataset, backbone=backbone)
+            assert tasks.static_shape(cfg) == loaded_shape(cfg), (dataset, backbone)
+    assert tasks.static_shape(RunConfig(dataset="mnist", data_dir="/x")) is None  # files: sized by loading

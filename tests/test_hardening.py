@@ -140,11 +140,11 @@ FIELD_VALUES = ["", "x" * 300, "auto", "inf", "-inf", "nan", "1e999", "-1", "0",
 
 def test_runconfig_fuzz_is_a_valid_config_or_one_configerror():
     """Random values in random fields (strings, numbers, NaN, ∞, huge, negative, wrong types): each gives a
-    valid RunConfig (whose hash and JSON work and which `engine.preview` accepts or refuses with a
+    valid RunConfig (whose hash and JSON work and which `calibration.preview` accepts or refuses with a
     ConfigError) or one ConfigError naming a field, never another exception."""
     from dataclasses import fields
 
-    from dpviz import engine
+    from dpviz import calibration
     from dpviz.errors import DpvizError
 
     names = [f.name for f in fields(RunConfig)]
@@ -162,7 +162,7 @@ def test_runconfig_fuzz_is_a_valid_config_or_one_configerror():
         if previewed < 25 and cfg.dataset in ("digits", "glyphs", "synthetic") and cfg.backbone == "cnn":
             previewed += 1
             try:
-                engine.preview(cfg)
+                calibration.preview(cfg)
             except DpvizError as e:
                 assert "\n" not in str(e), (change, e)
     assert valid >= 20 and previewed >= 10  # the fuzz reached past validation, not only into it

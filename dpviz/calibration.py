@@ -1,0 +1,100 @@
+"""A run's schedule and the one σ that spends its budget, without torch.
+
+`engine.prepare` builds a run on top of these; the dashboard's form previews a config through
+`preview` as the user edits, which for dpviz's own datasets and backbones imports no torch at all
+(`dpviz.tasks`), and `dpviz.privacy.ahead` calibrates in a second process while a command imports
+torch.
+"""
+
+from __future__ import annotations
+
+from . import strategies
+from .config import RunConfig
+from .errors import ConfigError
+from .privacy import accounting
+from .privacy.accounting import Phase
+from .tasks import DATASETS, Shape, static_shape
+
+
+def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
+    """Phases and Poisson sampling rate q = B/n; T = epochs · round(n/B) steps."""
+    if cfg.batch_size > n:
+        raise ConfigError("batch_size", f"must be <= the training-set size n = {n}", cfg.batch_size)
+    q = cfg.batch_size / n
+    per_epoch = max(1, round(n / cfg.batch_size))
+    return strategies.plan(cfg, total_steps=cfg.epochs * per_epoch, steps_per_epoch=per_epoch,
+                           num_blocks=num_blocks), q
+
+
+def check_delta(cfg: RunConfig, n: int) -> None:
+    if cfg.private and cfg.delta > 1 / n:
+        raise ConfigError("delta", f"must be in (0, 1/n] = (0, {1 / n:.3g}] for {cfg.dataset} (n = {n})", cfg.delta)
+
+
+def check_public(cfg: RunConfig, private: Shape) -> None:
+    """The continual strategy's public data must look like the private task (shape, classes)."""
+    pub = DATASETS[cfg.public_dataset]  # public datasets are dpviz's own: sized without loading
+    if pub[1:] != private[1:]:
+        raise ConfigError("public_dataset", f"a public dataset with the private data's shape and classes "
+                          f"({private.channels}×{private.size}×{private.size}, {private.num_classes} classes); "
+                          f"{cfg.public_dataset} has {pub.channels}×{pub.size}×{pub.size}, {pub.num_classes}",
+                          cfg.public_dataset)
+
+
+def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:
+    """σ for ``phases`` (σ unset) so that the whole schedule spends at most ``cfg.epsilon``."""
+    try:
+        return accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
+                                          accountant=cfg.accountant)
+    except ValueError as e:
+        raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
+
+
+def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
+                      sigma: float | None = None) -> tuple[list, list[Phase], float]:
+    """Plans, phases with the calibrated σ, and q for a training set of size n.
+
+    ``sigma``: σ calibrated already for this very schedule (by `dpviz.privacy.ahead`), else calibrated here.
+    """
+    plans, q = schedule(cfg, n, num_blocks)
+    # only private phases enter the accountant: a public phase touches no private record
+    phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q, clip_norm=cfg.clip_norm)
+              for p in plans if not p.public]
+    if cfg.private:
+        sigma = calibrate(cfg, phases) if sigma is None else sigma
+        phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=sigma, sample_rate=q, clip_norm=cfg.clip_norm)
+                  for p in phases]
+    return plans, phases, q
+
+
+def task_shape(cfg: RunConfig) -> tuple[Shape, int]:
+    """(dataset shape, block count): from `dpviz.tasks` where fixed, else by loading data and backbone."""
+    return static_shape(cfg) or loaded_shape(cfg)
+
+
+def loaded_shape(cfg: RunConfig) -> tuple[Shape, int]:
+    """(dataset shape, block count) by loading the dataset and building the backbone (imports torch)."""
+    from . import data, models
+
+    bundle = data.load(cfg)
+    backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
+    return Shape(bundle.n, bundle.channels, bundle.size, bundle.num_classes), models.count_blocks(backbone)
+
+
+def preview(cfg: RunConfig) -> dict:
+    """What a config implies before launch: σ, q and the steps of each phase.
+
+    Validates like `engine.prepare` (dataset, δ ≤ 1/n, blocks, weights, the public data's shape) but
+    neither pretrains nor trains, so forms can show it as the user edits.
+    """
+    from .autotune import placeholder
+
+    cfg = placeholder(cfg)  # σ and the steps do not depend on the learning rates
+    shape, blocks = task_shape(cfg)
+    check_delta(cfg, shape.n)
+    plans, phases, q = calibrated_phases(cfg, shape.n, blocks)
+    if any(p.public for p in plans):
+        check_public(cfg, shape)
+    return {"noise_multiplier": phases[0].noise_multiplier, "sample_rate": q, "n_train": shape.n,
+            "total_steps": sum(p.steps for p in phases), "num_blocks": blocks,
+            "phases": [p.to_dict() for p in phases]}

@@ -1,0 +1,74 @@
+"""A run's accounting, done in a second process while the command imports torch.
+
+A command-line run spends ≈ 1.7 s importing torch and ≈ 1.5 s on accounting (scipy for Opacus's PRV
+accountant, σ's calibration, the ε-spent curve) before its first step. Neither needs the other, and the
+machine has more than one core: `start` hands the config to ``python -m dpviz.privacy.ahead CONFIG_JSON`` before
+torch is imported, and `engine.prepare` takes σ and the curve from it with `Ahead.take`, which gives
+them only for the schedule they were computed for (the same n and block count that the run loaded).
+The child runs the same functions as the parent would, so σ and the curve are the same numbers; any
+failure of the child just means the parent computes them itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from ..config import RunConfig
+from ..tasks import static_shape
+
+
+@dataclass
+class Ahead:
+    """A running accounting process for one config."""
+
+    proc: subprocess.Popen
+
+    def take(self, n: int, num_blocks: int) -> tuple[float, dict[int, float]] | None:
+        """(σ, ε curve) if the child computed them for a training set of ``n`` and ``num_blocks``."""
+        try:
+            out, _ = self.proc.communicate(timeout=120)
+            got = json.loads(out)
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            self.close()
+            return None
+        if self.proc.returncode != 0 or (got["n"], got["blocks"]) != (n, num_blocks):
+            return None
+        return got["sigma"], {int(t): e for t, e in got["curve"].items()}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start(cfg: RunConfig) -> Ahead | None:
+    """Start accounting ``cfg`` in a child process, where its schedule is known without loading anything."""
+    if not cfg.private or static_shape(cfg) is None:
+        return None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "dpviz.privacy.ahead", cfg.to_json()],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+    except OSError:
+        return None
+    return Ahead(proc)
+
+
+def compute(cfg: RunConfig) -> dict:
+    """What the child prints: the n and block count it assumed, σ and the ε-spent curve."""
+    from ..autotune import placeholder
+    from ..calibration import calibrated_phases
+    from . import accounting
+
+    cfg = placeholder(cfg)
+    shape, blocks = static_shape(cfg)
+    _, phases, _ = calibrated_phases(cfg, shape.n, blocks)
+    curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+    return {"n": shape.n, "blocks": blocks, "sigma": phases[0].noise_multiplier, "curve": curve}
+
+
+if __name__ == "__main__":
+    print(json.dumps(compute(RunConfig.from_dict(json.loads(sys.argv[1])))))
