@@ -26,7 +26,9 @@ def _privacy_widgets() -> dict:
     eps = c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=1.0, key="f_epsilon",
                            help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
     delta = c2.number_input("δ", value=1e-5, min_value=0.0, format="%.1e", step=1e-6, key="f_delta")
-    acct = c3.selectbox("accountant", ACCOUNTANTS, key="f_accountant")
+    acct = c3.selectbox("accountant", ACCOUNTANTS, key="f_accountant",
+                        help="PRV (Opacus's upper bound) and RDP bound ε. GDP is a central-limit approximation, "
+                             "not a bound: a GDP run is calibrated by PRV's bound and shows GDP's ε beside it.")
     return {"epsilon": math.inf if eps == NO_PRIVACY else eps, "delta": delta, "accountant": acct}
 
 
@@ -120,6 +122,12 @@ def preview_total(cfg: RunConfig) -> int:
     return _preview(cfg.to_json())["total_steps"]
 
 
+def _calibrated_by(cfg: RunConfig) -> str:
+    if cfg.accountant == "gdp":
+        return "PRV's upper bound: GDP is an approximation, not a bound"
+    return cfg.accountant.upper()
+
+
 def render_preview(cfg: RunConfig, prev: dict) -> None:
     """What the budget implies, before launch."""
     phases = strategies.get(cfg.strategy).describe(
@@ -127,7 +135,7 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
     if cfg.private:
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "
-                f"({cfg.accountant.upper()}). Phases: {phases}.", icon=":material/lock:")
+                f"({_calibrated_by(cfg)}). Phases: {phases}.", icon=":material/lock:")
     else:
         st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")
 

@@ -45,7 +45,7 @@ def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:
     """σ for ``phases`` (σ unset) so that the whole schedule spends at most ``cfg.epsilon``."""
     try:
         return accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
-                                          accountant=cfg.accountant)
+                                          accountant=accounting.BOUND_BY[cfg.accountant])
     except ValueError as e:
         raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
 

@@ -59,6 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="retrain even if an identical run is stored")
     r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    au = sub.add_parser("audit", help="audit a configuration empirically: train it once with canaries and "
+                        "bound ε from below (beside the accountant's ε, which bounds it from above)")
+    _config_flags(au)
+    au.add_argument("--canaries", default="1000", metavar="M", help="canaries, each included with probability ½")
+    au.add_argument("--threat", default="white-box", metavar="T",
+                    help="white-box (gradient canaries, every update seen) or black-box (input canaries, final model)")
+    au.add_argument("--kind", default="mislabeled", metavar="K", help="black-box canaries: mislabeled or ood")
+    au.add_argument("--confidence", default="0.95", metavar="C", help="confidence of the lower bound")
+    au.add_argument("--audit-seed", default="0", metavar="S",
+                    help="the auditor's seed (inclusion bits, canaries); --seed stays the run's own")
+    au.add_argument("--force", action="store_true", help="audit again even if this audit is stored")
+    au.add_argument("--json", action="store_true", help="print the JSON report (scores included) on stdout")
+    au.add_argument("--quiet", action="store_true", help="no progress bar")
     ls = sub.add_parser("list", help="list stored runs")
     ls.add_argument("--status", default=None, choices=["queued", "running", "finished", "failed", "cancelled",
                                                         "interrupted"])
@@ -175,13 +188,7 @@ def _train(cfg, args) -> dict | None:
     from .store import Store
 
     cancel = threading.Event()
-    bar = None
-
-    def progress(step, total, last):
-        nonlocal bar
-        if not args.quiet:
-            bar = bar or _bar(cfg, total)
-            _update(bar, step, last)
+    progress = _Progress(cfg, args.quiet)
 
     def on_sigint(signum, frame):
         cancel.set()
@@ -200,8 +207,7 @@ def _train(cfg, args) -> dict | None:
         signal.signal(signal.SIGINT, previous)
         if early is not None:
             early.close()
-        if bar is not None:
-            bar.close()
+        progress.close()
 
 
 def _analyze_later(run_id: str, cache_dir) -> None:
@@ -222,6 +228,22 @@ def _analyze_later(run_id: str, cache_dir) -> None:
                      env=env, start_new_session=True, preexec_fn=lambda: os.nice(19))
 
 
+class _Progress:
+    """A training command's progress bar on stderr (none with --quiet), created at the first step."""
+
+    def __init__(self, cfg, quiet: bool):
+        self.cfg, self.quiet, self.bar = cfg, quiet, None
+
+    def __call__(self, step, total, last):
+        if not self.quiet:
+            self.bar = self.bar or _bar(self.cfg, total)
+            _update(self.bar, step, last)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _bar(cfg, total):
     from tqdm import tqdm
 
@@ -238,6 +260,8 @@ def _text(s: dict) -> str:
         eps = "no DP"
     elif s.get("epsilon_spent") is not None:
         eps = f"ε spent {s['epsilon_spent']:.4g}"
+        if s.get("epsilon_gdp_approx") is not None:  # GDP named: the bound is PRV's, GDP's figure beside it
+            eps += f" (PRV bound; GDP approximation {s['epsilon_gdp_approx']:.4g})"
     else:  # stopped before the end: the budget bounds it; the last recorded step says how far it got
         rec = s.get("epsilon_recorded")
         seen = f", {rec[1]:.4g} recorded at step {rec[0]}" if rec else ""
@@ -412,6 +436,41 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _number(value: str, field: str, kind=float):
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(field, f"a{'n integer' if kind is int else ' number'}", value) from None
+
+
+def cmd_audit(args) -> int:
+    from .audit import AuditSpec, audit
+
+    cfg = config_from_args(args)
+    spec = AuditSpec(canaries=_number(args.canaries, "canaries", int), threat=args.threat, kind=args.kind,
+                     confidence=_number(args.confidence, "confidence"), seed=_number(args.audit_seed, "audit_seed", int))
+    progress = _Progress(cfg, args.quiet)
+    try:
+        r = audit(cfg, spec, cache_dir=args.cache_dir, force=args.force, progress=progress)
+    finally:
+        progress.close()
+    print(_dump(r) if args.json else _audit_text(r))
+    return 0
+
+
+def _audit_text(r: dict) -> str:
+    eps = "∞ (no DP)" if r["epsilon"] is None else f"{r['epsilon']:g} (accountant's ε spent {r['epsilon_spent']:.4g})"
+    lines = [f"audit {r['audit_key']}{' (stored)' if r.get('cached') else ''}: {r['threat']}, "
+             f"{r['canaries']} canaries ({r['included']} included), confidence {r['confidence']:g}",
+             f"  ε = {eps}",
+             f"  ε_lb = {r['epsilon_lb']:.3f} (one run), {r['epsilon_lb_fdp']:.3f} (f-DP); "
+             f"{r['correct']} of {r['guesses']} guesses right; ceiling {r['ceiling']:.2f} for this m",
+             f"  AUC {r['auc']:.3f}, TPR {r['tpr_at_fpr_1pct']:.3f} at FPR 1 %, {r['tpr_at_fpr_01pct']:.3f} at 0.1 %"]
+    if r.get("ideal"):
+        lines.append(f"  ideal attack (exact mechanism, same m): ε_lb {r['ideal']['epsilon_lb_fdp']:.3f} (f-DP)")
+    return "\n".join(lines)
+
+
 def cmd_accountants(args) -> int:
     from .config import ACCOUNTANTS
     from .privacy.accounting import sigma_by_batch_size
@@ -513,7 +572,7 @@ def main(argv=None) -> int:
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
                 "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies,
-                "reproduce": cmd_reproduce}
+                "reproduce": cmd_reproduce, "audit": cmd_audit}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

@@ -8,6 +8,7 @@ weights, δ ≤ 1/n, block counts, σ for the budget) before a run is stored;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ class Prepared:
     device: str
     eps_curve: dict[int, float] = field(default_factory=dict)
     public: data.Bundle | None = None  # the continual strategy's public dataset
+    canaries: Any = None  # an audit's canaries (`dpviz.audit.canaries`); None for a user's run
 
     @property
     def total_steps(self) -> int:
@@ -57,11 +59,14 @@ def build_backbone(cfg: RunConfig, bundle: data.Bundle, cache_dir) -> nn.Module:
     return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
 
 
-def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None) -> Prepared:
+def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
+            canaries: Callable[[data.Bundle], Any] | None = None) -> Prepared:
     """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule.
 
     ``ahead``: a `dpviz.privacy.ahead.Ahead` computing σ and the ε curve in parallel; used where it
     computed them for the schedule loaded here, else they are computed here.
+    ``canaries``: an audit's canaries, made from the private bundle; included ones count in n (and so
+    in q and T) exactly as real records do.
     """
     if cfg.auto:  # a training run needs numbers: resolved on public data (`runner.run` does it before hashing)
         from .autotune import resolve
@@ -69,18 +74,25 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None) -
         cfg, _ = resolve(cfg, cache_dir=cache_dir, validate=preview)
     device = resolve_device(cfg.device)
     bundle = data.load(cfg)
-    check_delta(cfg, bundle.n)
+    audit = canaries(bundle) if canaries else None
+    if audit is not None and not audit.virtual:
+        bundle = audit.extend(bundle)  # input canaries: records of the training split
+    n = bundle.n + (audit.extra if audit is not None and audit.virtual else 0)
+    check_delta(cfg, n)
     backbone = build_backbone(cfg, bundle, cache_dir)
     blocks = models.count_blocks(backbone)
-    sigma, curve = (ahead.take(bundle.n, blocks) if ahead else None) or (None, None)
-    plans, phases, q = calibrated_phases(cfg, bundle.n, blocks, sigma=sigma)
+    sigma, curve = (ahead.take(n, blocks) if ahead else None) or (None, None)
+    plans, phases, q = calibrated_phases(cfg, n, blocks, sigma=sigma)
+    if audit is not None:
+        audit.sample_rate = q
     torch.manual_seed(cfg.seed)  # the head's random initialisation
     model = models.Classifier(backbone, bundle.num_classes)
     public = load_public(cfg, bundle) if any(p.public for p in plans) else None
     prep = Prepared(cfg=cfg, bundle=bundle, model=model, plans=plans, phases=phases, sample_rate=q, device=device,
-                    public=public)
+                    public=public, canaries=audit)
     if with_curve and cfg.private:
-        prep.eps_curve = curve or accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+        prep.eps_curve = curve or accounting.epsilon_curve(phases=phases, delta=cfg.delta,
+                                                           accountant=accounting.BOUND_BY[cfg.accountant])
     return prep
 
 

@@ -50,6 +50,9 @@ CREATE INDEX IF NOT EXISTS events_run ON events(run_id, time);
 CREATE TABLE IF NOT EXISTS analyses (
   run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, params_json TEXT NOT NULL,
   result_json TEXT NOT NULL, created REAL, PRIMARY KEY (run_id, step, name, params_json)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audits (
+  audit_key TEXT PRIMARY KEY, config_hash TEXT NOT NULL, result_json TEXT NOT NULL, created REAL);
+CREATE INDEX IF NOT EXISTS audits_config ON audits(config_hash);
 """
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
 
@@ -249,6 +252,23 @@ class Store:
             artifacts.check(f"analysis {name} of run {run_id} at step {step}", "analysis", row["kind"],
                             row["schema_version"] or 0)
         return json.loads(row["result_json"])
+
+    # --- privacy audits (their training runs are not stored: only results) --------
+    def put_audit(self, audit_key: str, config_hash: str, result: dict) -> None:
+        self._tx("INSERT OR REPLACE INTO audits(audit_key, config_hash, result_json, created) VALUES (?,?,?,?)",
+                 (audit_key, config_hash, json.dumps(result), time.time()))
+
+    def get_audit(self, audit_key: str) -> dict | None:
+        with self._conn() as c:
+            row = c.execute("SELECT result_json FROM audits WHERE audit_key=?", (audit_key,)).fetchone()
+        return json.loads(row["result_json"]) if row else None
+
+    def audits(self, config_hash: str | None = None) -> list[dict]:
+        """Stored audit results, newest first; only those of one run configuration when given its hash."""
+        sql = "SELECT result_json FROM audits" + (" WHERE config_hash=?" if config_hash else "")
+        with self._conn() as c:
+            rows = c.execute(sql + " ORDER BY created DESC", (config_hash,) if config_hash else ()).fetchall()
+        return [json.loads(r["result_json"]) for r in rows]
 
     # --- artifacts ----------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:

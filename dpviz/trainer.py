@@ -128,11 +128,19 @@ class Loop:
     def _step(self, stepper, s: PhaseSetup, idx: torch.Tensor, phase) -> dpsgd.StepStats:
         """Set the gradients of one step on batch ``idx``: DP-SGD, or a plain step."""
         x, y = s.inputs[idx], s.labels[idx]
+        can = self.prep.canaries if phase is not None else None  # canaries are private records only
+        # white-box canaries are records of n without an image: they count in the expected batch q·n
+        expected = phase.sample_rate * (len(s.labels) + (can.extra if can and can.virtual else 0)) if phase else 0
         if not s.private:
-            return dpsgd.plain_step(stepper, x, y)
+            st = dpsgd.plain_step(stepper, x, y)
+            if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless
+                params = [p for p in stepper.parameters() if p.requires_grad]
+                can.add(params, clip_norm=None, scale=1 / expected)
+                can.observe(params, scale=expected, noise_std=0.0, clip_norm=None)
+            return st
         return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
-                                  expected_batch=phase.sample_rate * len(s.labels), generator=self.gen_noise,
-                                  clipping=self.cfg.clipping)
+                                  expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
+                                  canaries=can if can is not None and can.virtual else None)
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None
@@ -179,19 +187,23 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
 def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict | None = None) -> dict:
     """The JSON summary: enough to recompute ε with any accountant from ``phases``."""
     cfg = prep.cfg
-    spent = None
+    spent, approx = None, {}
     if cfg.private:
+        bound = accounting.BOUND_BY[cfg.accountant]
         # the curve's last point is this very composition (`epsilon_curve` always includes the end)
         spent = prep.eps_curve.get(sum(p.steps for p in prep.phases))
         if spent is None:
-            spent = accounting.epsilon(phases=prep.phases, delta=cfg.delta, accountant=cfg.accountant)
+            spent = accounting.epsilon(phases=prep.phases, delta=cfg.delta, accountant=bound)
         if spent > cfg.epsilon + 1e-9:  # calibration guarantees this never happens
             raise RuntimeError(f"privacy accounting error: spent {spent} > target {cfg.epsilon}")
+        if bound != cfg.accountant:  # GDP: its approximate figure beside the bound
+            approx = {"epsilon_spent_bound_by": bound, f"epsilon_{cfg.accountant}_approx":
+                      accounting.epsilon(phases=prep.phases, delta=cfg.delta, accountant=cfg.accountant)}
     return {
         "run_id": run_id, "config": cfg.to_dict(), "config_hash": cfg.hash(),
         "strategy": cfg.strategy, "dataset": cfg.dataset, "backbone": cfg.backbone,
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
-        "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": spent,
+        "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": spent, **approx,
         "delta": cfg.delta, "accountant": cfg.accountant, "private": cfg.private,
         "phases": [p.to_dict() for p in prep.phases], "total_steps": prep.total_steps,
         **(extra or {}), "n_train": prep.bundle.n, "device": prep.device, "wall_time_s": round(wall, 3),

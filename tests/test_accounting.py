@@ -180,3 +180,26 @@ print(p["noise_multiplier"], p["num_blocks"])
     assert out.returncode == 0, out.stderr[-2000:]
     sigma, blocks = out.stdout.split()
     assert float(sigma) > 0 and blocks == "3"
+
+
+def test_a_gdp_run_is_calibrated_by_a_valid_bound_and_reports_gdp_beside_it(tmp_path):
+    """GDP is a CLT approximation: σ calibrated by it overspent by up to 9 % against an independent PLD
+    accountant (Google's dp-accounting). A run that names GDP must stay within budget by PRV's bound and
+    by that PLD accountant; GDP's own figure is reported beside, labelled."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpviz import calibration
+    from dpviz.config import RunConfig
+
+    for cfg in (RunConfig(strategy="lp-fft", epsilon=2.0, accountant="gdp"),
+                RunConfig(strategy="fft", epsilon=3.0, delta=1e-4, accountant="gdp", epochs=8)):
+        prev = calibration.preview(cfg)
+        q, T, s = prev["sample_rate"], prev["total_steps"], prev["noise_multiplier"]
+        pld = pld_privacy_accountant.PLDAccountant()
+        pld.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), T))
+        assert pld.get_epsilon(cfg.delta) <= cfg.epsilon * 1.001, (cfg, pld.get_epsilon(cfg.delta))
+        gdp = epsilon(phases=[Phase(name="x", steps=T, noise_multiplier=s, sample_rate=q, clip_norm=1.0)],
+                      delta=cfg.delta, accountant="gdp")
+        assert gdp < cfg.epsilon  # the approximation says less than the bound it no longer calibrates

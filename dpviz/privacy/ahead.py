@@ -66,7 +66,7 @@ def compute(cfg: RunConfig) -> dict:
     cfg = placeholder(cfg)
     shape, blocks = static_shape(cfg)
     _, phases, _ = calibrated_phases(cfg, shape.n, blocks)
-    curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=cfg.accountant)
+    curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=accounting.BOUND_BY[cfg.accountant])
     return {"n": shape.n, "blocks": blocks, "sigma": phases[0].noise_multiplier, "curve": curve}
 
 

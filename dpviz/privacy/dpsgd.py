@@ -112,12 +112,14 @@ def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_no
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator,
-                 clipping: str = "abadi") -> StepStats:
+                 clipping: str = "abadi", canaries=None) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
     grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
     C/(‖g_i‖ + γ) (AUTO-S) and ‖g_i‖ the norm over all trainable parameters; dividing by the
     expected batch size q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
+    ``canaries``: an audit's white-box canaries (`dpviz.audit.canaries.GradientCanaries`), added to the
+    clipped sum before the noise and scored on what the step releases.
     """
     B = len(y)
     loss = acc = 0.0
@@ -132,9 +134,19 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     for p in stepper.params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        noise = torch.randn(p.shape, generator=generator, device=p.device) * (noise_multiplier * clip_norm)
-        p.grad = (p.grad + noise) / expected_batch
+    if canaries is not None:
+        canaries.add(stepper.params, clip_norm=clip_norm, clipping=clipping)
+    for p in stepper.params:
+        p.grad = (p.grad + gaussian_noise(p, noise_multiplier * clip_norm, generator)) / expected_batch
+    if canaries is not None:
+        canaries.observe(stepper.params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
+                         clip_norm=clip_norm, clipping=clipping)
     return StepStats(loss=loss, train_accuracy=acc, batch_size=B, clip_fraction=clip_frac, grad_norm=norm_mean)
+
+
+def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    """N(0, std² I) shaped like ``p``: the mechanism's noise (an audit test breaks it here on purpose)."""
+    return torch.randn(p.shape, generator=generator, device=p.device) * std
 
 
 def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> StepStats:

@@ -1,0 +1,8 @@
+"""Empirical privacy audits: canaries in one training run, a statistically valid lower bound on ε.
+
+`run.audit` trains a configuration once with m canaries (`canaries`), scores them, and turns the scores
+into ε_lb with `bounds` — beside the accountant's ε (an upper bound) and the ceiling m canaries allow.
+An audit's training run is not the user's run: it is never stored among the runs, only its result.
+"""
+
+from .run import AuditSpec, THREATS, KINDS, audit  # noqa: F401

@@ -1,0 +1,134 @@
+"""Canaries inside one training run: white-box gradient canaries and black-box input canaries.
+
+Each of the m canaries is included with probability ½ (bits from the auditor's own seed, never seen by
+training). Included canaries are records of the private training set like any other: they count in n
+(so q = B/n and T are those of the enlarged set) and are Poisson-sampled with the same q at every
+private step; excluded ones are never touched.
+
+* `GradientCanaries` (white-box, after Nasr et al. 2023): a sampled canary adds a per-sample gradient
+  G·u_c of norm G = `CANARY_NORM`·C along its own random unit direction u_c, *before* clipping, through
+  the mechanism's own clip factors (`bk.clip_factors`): a mechanism that skips clipping lets it through
+  G/C times too large. The auditor sees every released (noisy) gradient sum Z_t and scores canary c by
+  the log-likelihood ratio of its projections x_t = ⟨Z_t, u_c⟩ under the claimed mechanism:
+  Σ_t log(1 − q + q·exp((a·x_t − a²/2)/(σC)²)), with a the clipped contribution (C for Abadi clipping).
+* `InputCanaries` (black-box): images with a random wrong label (drawn from the private training images,
+  or out-of-distribution ±1 patterns); only the final model is seen, scored by −loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..privacy import bk
+
+CANARY_NORM = 10.0  # a gradient canary's norm before clipping, in units of C
+# Without DP (ε = ∞) nothing clips or hides a canary; its norm then only has to stand out of the real
+# gradients' projections on its direction (≈ 4 per step and persistent on the default task).
+NOISELESS_NORM = 1000.0
+MAX_COORDS = 4096  # directions live on at most this many random coordinates of the trainable parameters
+
+
+def inclusion_bits(m: int, seed: int) -> np.ndarray:
+    """(m,) bool: which canaries are in the training set, each with probability ½ (the auditor's secret)."""
+    return np.random.default_rng([seed, 1]).random(m) < 0.5
+
+
+class GradientCanaries:
+    """White-box canaries added to every private step's clipped sum and scored from the released sums."""
+
+    virtual = True  # records of n that are no images: the trainer adds them to the expected batch size
+
+    def __init__(self, included: np.ndarray, *, seed: int):
+        self.included = torch.from_numpy(included)
+        self.m, self.seed = len(included), seed
+        self.extra = int(included.sum())  # records added to n
+        self.gen = torch.Generator().manual_seed(seed)
+        self.scores = torch.zeros(self.m, dtype=torch.float64)
+        self._space = None  # (params' ids, coordinates S, directions U (m, |S|)) of the current phase
+        self._sampled = None
+        self.sample_rate = 0.0  # q of the run, set once the schedule is known (`dpviz.audit.run`)
+
+    def _directions(self, params) -> tuple[torch.Tensor, torch.Tensor]:
+        """Coordinates S and unit directions U (m, |S|) for this parameter set (new per phase)."""
+        key = tuple(id(p) for p in params)
+        if self._space is None or self._space[0] != key:
+            D = sum(p.numel() for p in params)
+            g = torch.Generator().manual_seed(self.seed * 7919 + len(key) * 104729 + D)
+            S = torch.randperm(D, generator=g)[:min(D, MAX_COORDS)].sort().values
+            U = torch.randn(self.m, len(S), generator=g, dtype=torch.float64)
+            self._space = (key, S, U / U.norm(dim=1, keepdim=True))
+        return self._space[1], self._space[2]
+
+    def _contribution(self, clip_norm: float | None, clipping: str, k: int = 1) -> torch.Tensor:
+        """(k,) what a sampled canary adds along its direction: G·c(G) after clipping (C for Abadi)."""
+        if not clip_norm:
+            return torch.full((k,), NOISELESS_NORM, dtype=torch.float64)
+        G = torch.full((k,), CANARY_NORM * clip_norm, dtype=torch.float64)
+        return G * bk.clip_factors(G, clip_norm, clipping)
+
+    def add(self, params, *, clip_norm: float | None, clipping: str = "abadi", scale: float = 1.0) -> None:
+        """Add the clipped gradients of this step's Poisson-sampled canaries (times ``scale``) to ``p.grad``.
+
+        ``clip_norm`` None: a non-private step (ε = ∞), whose canaries enter unclipped.
+        """
+        S, U = self._directions(params)
+        self._sampled = self.included & (torch.rand(self.m, generator=self.gen) < self.sample_rate)  # (m,)
+        a = self._contribution(clip_norm, clipping, int(self._sampled.sum()))
+        delta = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+        delta[S] = (a @ U[self._sampled]) * scale  # Σ_c a_c u_c on the coordinates S
+        for p, chunk in zip(params, delta.split([p.numel() for p in params])):
+            p.grad = p.grad + chunk.view_as(p).to(p.grad)
+
+    def observe(self, params, *, scale: float, noise_std: float, clip_norm: float | None,
+                clipping: str = "abadi") -> None:
+        """Score every canary on this step's released gradients (``scale`` turns them back into the sum)."""
+        S, U = self._directions(params)
+        flat = torch.cat([p.grad.detach().reshape(-1).cpu().double() for p in params])
+        x = U @ flat[S] * scale  # (m,): ⟨Z_t, u_c⟩
+        if noise_std == 0:  # no noise: the projection itself
+            self.scores += x
+            return
+        a, s2, q = float(self._contribution(clip_norm, clipping)[0]), noise_std ** 2, self.sample_rate
+        self.scores += torch.logaddexp(torch.tensor(math.log1p(-q), dtype=torch.float64),
+                                       math.log(q) + (a * x - a * a / 2) / s2)
+
+    def final_scores(self, model=None, device=None) -> np.ndarray:
+        return self.scores.numpy().copy()
+
+
+class InputCanaries:
+    """Black-box canaries: images with a wrong label, appended to the training set when included."""
+
+    virtual = False
+
+    def __init__(self, included: np.ndarray, *, seed: int, kind: str, bundle):
+        g = torch.Generator().manual_seed(seed * 31 + 5)
+        m, K = len(included), bundle.num_classes
+        if kind == "mislabeled":  # private-distribution images (with replacement) under a wrong label
+            idx = torch.randint(len(bundle.y_train), (m,), generator=g)
+            self.x = bundle.x_train[idx].clone()
+            self.y = (bundle.y_train[idx] + torch.randint(1, K, (m,), generator=g)) % K
+        else:  # out-of-distribution: random ±1 patterns, random labels
+            self.x = torch.randint(0, 2, (m, *bundle.x_train.shape[1:]), generator=g).float() * 2 - 1
+            self.y = torch.randint(0, K, (m,), generator=g)
+        self.included = torch.from_numpy(included)
+        self.extra = int(included.sum())
+
+    def extend(self, bundle):
+        """The bundle with the included canaries appended to its training split (test split untouched)."""
+        from dataclasses import replace
+
+        keep = self.included
+        return replace(bundle, x_train=torch.cat([bundle.x_train, self.x[keep]]),
+                       y_train=torch.cat([bundle.y_train, self.y[keep]]))
+
+    @torch.no_grad()
+    def final_scores(self, model, device: str = "cpu") -> np.ndarray:
+        """−loss of the final model on every canary: lower loss, more likely trained on."""
+        model.eval()
+        out = torch.cat([model(self.x[i:i + 512].to(device)).cpu() for i in range(0, len(self.y), 512)])
+        return (-F.cross_entropy(out, self.y, reduction="none")).double().numpy()

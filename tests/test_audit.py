@@ -1,0 +1,103 @@
+"""Privacy audits (issue 15): the bound math, and canaries in real (small) training runs."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpviz import strategies
+from dpviz.audit import AuditSpec, audit, bounds
+from dpviz.config import RunConfig
+from dpviz.store import Store
+
+
+def _jax_privacy_auditing():
+    """jax_privacy's auditing.py, loaded by path (its package imports jax; this file needs dp_accounting)."""
+    root = Path(importlib.util.find_spec("jax_privacy").submodule_search_locations[0])
+    spec = importlib.util.spec_from_file_location("jax_privacy_auditing", root / "auditing.py")
+    mod = sys.modules.setdefault("jax_privacy_auditing", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)  # its dataclasses look their module up in sys.modules
+    return mod
+
+
+def test_p_value_is_the_binomial_tail_and_all_right_guesses_have_a_closed_form():
+    for r, v, eps in ((20, 15, 0.7), (50, 50, 2.0), (7, 3, 0.1)):
+        p = math.exp(eps) / (1 + math.exp(eps))
+        brute = sum(math.comb(r, k) * p ** k * (1 - p) ** (r - k) for k in range(v, r + 1))
+        assert bounds.p_value_one_run(m=100, guesses=r, correct=v, epsilon=eps, delta=0) == pytest.approx(brute)
+    for r, alpha in ((10, 0.05), (200, 0.01)):  # δ = 0, all r right: p^r = α ⇒ ε = log(α^(1/r) / (1 − α^(1/r)))
+        a = alpha ** (1 / r)
+        got = bounds.epsilon_one_run(m=1000, guesses=r, correct=r, delta=0, significance=alpha)
+        assert got == pytest.approx(math.log(a / (1 - a)), abs=1e-5)
+
+
+@pytest.mark.parametrize("m,r,v", [(1000, 200, 180), (1000, 1000, 1000), (200, 50, 40), (1000, 600, 420),
+                                   (100, 100, 60)])
+def test_bounds_match_jax_privacys_auditing(m, r, v):
+    ref = _jax_privacy_auditing()
+    for delta, sig in ((1e-5, 0.05), (1e-3, 0.01)):
+        ours = bounds.epsilon_one_run(m=m, guesses=r, correct=v, delta=delta, significance=sig)
+        assert ours == pytest.approx(ref._epsilon_one_run(0, m, r, v, sig, delta), abs=1e-4)
+        ours = bounds.epsilon_one_run_fdp(m=m, guesses=r, correct=v, delta=delta, significance=sig)
+        assert ours == pytest.approx(ref._epsilon_one_run_fdp(0, m, r, v, sig, delta), abs=1e-4)
+    rng = np.random.default_rng(0)
+    scores, included = rng.normal(size=300), rng.random(300) < 0.5
+    scores[included] += 1.0
+    pairs = (scores[included][:, None] > scores[~included][None, :]).mean()  # P[in outscores out], no ties
+    assert bounds.auc(scores, included) == pytest.approx(pairs)
+    # jax_privacy's AUROC also allows randomising between thresholds (the ROC's convex hull): never less
+    assert ref.CanaryScoreAuditor(scores[included], scores[~included]).attack_auroc() >= pairs
+
+
+def _eps_lb(r: dict) -> float:
+    return max(r["epsilon_lb"], r["epsilon_lb_fdp"])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return Store(tmp_path_factory.mktemp("audit-store"))
+
+
+def test_without_noise_white_box_canaries_reach_the_ceiling_and_audits_are_not_runs(store):
+    cfg = RunConfig(epsilon=math.inf)
+    r = audit(cfg, AuditSpec(canaries=200), store=store)
+    assert _eps_lb(r) >= 0.9 * r["ceiling"], r  # nothing hides them
+    assert r["n_train"] == 1437 + r["included"]  # canaries count in n (and so in q) like real records
+    assert r["sample_rate"] == pytest.approx(cfg.batch_size / r["n_train"])
+    again = audit(cfg, AuditSpec(canaries=200), store=store)
+    assert again["cached"] and again["epsilon_lb"] == r["epsilon_lb"]
+    assert store.list_runs() == [] and store.audits(r["config_hash"])[0]["audit_key"] == r["audit_key"]
+
+
+@pytest.mark.parametrize("broken", ["noise x 0.1", "clipping skipped"])
+def test_a_white_box_audit_catches_a_broken_mechanism(broken, monkeypatch, store):
+    """Break the mechanism while the accountant still believes the calibrated σ: ε_lb must exceed ε."""
+    from dpviz.privacy import bk, dpsgd
+
+    if broken == "noise x 0.1":
+        real = dpsgd.gaussian_noise
+        monkeypatch.setattr(dpsgd, "gaussian_noise", lambda p, std, gen: real(p, 0.1 * std, gen))
+    else:
+        monkeypatch.setattr(bk, "clip_factors", lambda norms, c, clipping="abadi": norms.new_ones(norms.shape))
+    cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3)
+    r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
+    assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r
+
+
+CASES = [(s, eps, {}) for s in strategies.names() for eps in (1.0, 4.0)] + [
+    ("fft", 4.0, {"grad_sample_mode": "hooks"}), ("fft", 4.0, {"clipping": "auto-s"})]
+
+
+@pytest.mark.parametrize("strategy,eps,extra", CASES, ids=[f"{s}-{e:g}-{'-'.join(x.values()) or 'bk'}"
+                                                          for s, e, x in CASES])
+def test_every_strategy_and_per_sample_path_stays_above_its_audit(strategy, eps, extra, store):
+    cls = strategies.get(strategy)
+    cfg = RunConfig(strategy=strategy, epsilon=eps, epochs=max(3, cls.min_epochs), seed=1, **extra)
+    r = audit(cfg, AuditSpec(canaries=300, confidence=0.99, seed=7), store=store)
+    assert r["epsilon_spent"] <= eps and _eps_lb(r) <= eps, r
+    if (strategy, eps) == ("fft", 4.0) and not extra:  # the black-box threat on the same run
+        b = audit(cfg, AuditSpec(canaries=300, confidence=0.99, seed=7, threat="black-box"), store=store)
+        assert b["threat"] == "black-box" and _eps_lb(b) <= eps and b["n_train"] == 1437 + b["included"]
