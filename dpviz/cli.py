@@ -412,22 +412,22 @@ def cmd_analyze(args) -> int:
     from . import idle
     from .store import Store
 
+    store = Store(args.cache_dir)
     if args.analysis == "all" and args.when_idle:
         # The everyday pattern is a run, then the next run at once: let that command take the training
         # lock before this process imports torch beside it, then wait until nothing trains.
         time.sleep(idle.GRACE_S)
-        idle.wait_until_idle(Store(args.cache_dir).root)
+        idle.wait_until_idle(store.root)
     from .analyses.service import analyze, analyze_missing
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
-        store = Store(args.cache_dir)
         wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
         done = analyze_missing(store, args.run_id, before=wait)
         if not args.quiet:
             print(_dump(done) if args.json else f"{len(done)} analyses computed")
         return 0
     params = {k: v for k, v in (("k", args.k), ("method", args.method)) if v is not None}
-    out = analyze(Store(args.cache_dir), args.run_id, args.analysis, step=args.step, **params)
+    out = analyze(store, args.run_id, args.analysis, step=args.step, **params)
     if args.json:
         print(_dump(out))
     else:
@@ -448,7 +448,8 @@ def cmd_audit(args) -> int:
 
     cfg = config_from_args(args)
     spec = AuditSpec(canaries=_number(args.canaries, "canaries", int), threat=args.threat, kind=args.kind,
-                     confidence=_number(args.confidence, "confidence"), seed=_number(args.audit_seed, "audit_seed", int))
+                     confidence=_number(args.confidence, "confidence"),
+                     seed=_number(args.audit_seed, "audit_seed", int))
     progress = _Progress(cfg, args.quiet)
     try:
         r = audit(cfg, spec, cache_dir=args.cache_dir, force=args.force, progress=progress)
@@ -459,7 +460,8 @@ def cmd_audit(args) -> int:
 
 
 def _audit_text(r: dict) -> str:
-    eps = "∞ (no DP)" if r["epsilon"] is None else f"{r['epsilon']:g} (accountant's ε spent {r['epsilon_spent']:.4g})"
+    eps = ("∞ (no DP)" if r["epsilon"] is None
+           else f"{r['epsilon']:g} (accountant's ε spent {r['epsilon_spent']:.4g})")
     lines = [f"audit {r['audit_key']}{' (stored)' if r.get('cached') else ''}: {r['threat']}, "
              f"{r['canaries']} canaries ({r['included']} included), confidence {r['confidence']:g}",
              f"  ε = {eps}",

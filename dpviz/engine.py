@@ -77,7 +77,7 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
     audit = canaries(bundle) if canaries else None
     if audit is not None and not audit.virtual:
         bundle = audit.extend(bundle)  # input canaries: records of the training split
-    n = bundle.n + (audit.extra if audit is not None and audit.virtual else 0)
+    n = bundle.n + (audit.virtual_records if audit is not None else 0)
     check_delta(cfg, n)
     backbone = build_backbone(cfg, bundle, cache_dir)
     blocks = models.count_blocks(backbone)

@@ -130,7 +130,7 @@ class Loop:
         x, y = s.inputs[idx], s.labels[idx]
         can = self.prep.canaries if phase is not None else None  # canaries are private records only
         # white-box canaries are records of n without an image: they count in the expected batch q·n
-        expected = phase.sample_rate * (len(s.labels) + (can.extra if can and can.virtual else 0)) if phase else 0
+        expected = phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)) if phase else 0
         if not s.private:
             st = dpsgd.plain_step(stepper, x, y)
             if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless

@@ -10,7 +10,7 @@ released and guesses r canaries (in or out), v of them right. Two bounds turn (m
 * Mahloujifar et al. 2024, "Auditing f-differential privacy in one run": the same counts checked against
   the Gaussian trade-off curve that (ε, δ) allows (μ-GDP with μ = `gaussian_mu`), which is tighter.
 
-ε_lb is the largest ε whose claim the counts still reject. Guesses come from ranking scores (`guess`):
+ε_lb is the largest ε whose claim the counts still reject. Guesses come from ranking scores (`guess_counts`):
 the top k as "in", the bottom k as "out", for k on a fixed grid, with a Bonferroni correction over the
 grid so that picking the best k keeps the confidence. `tests/test_audit.py` checks these functions
 against brute-force tails, the closed form when every guess is right, and `jax_privacy.auditing`.
@@ -39,7 +39,10 @@ def p_value_one_run(*, m: int, guesses: int, correct: int, epsilon: float, delta
 
 
 def gaussian_mu(*, epsilon: float, delta: float) -> float:
-    """μ of the Gaussian mechanism that is exactly (ε, δ)-DP: δ = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)."""
+    """μ of the Gaussian mechanism that is exactly (ε, δ)-DP.
+
+    Solves δ = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) for μ.
+    """
     if not 0 < delta < 1:
         raise ValueError(f"delta: must be in (0, 1) for a Gaussian trade-off, got {delta}")
     def gap(mu):

@@ -40,16 +40,15 @@ def inclusion_bits(m: int, seed: int) -> np.ndarray:
 class GradientCanaries:
     """White-box canaries added to every private step's clipped sum and scored from the released sums."""
 
-    virtual = True  # records of n that are no images: the trainer adds them to the expected batch size
+    virtual = True  # steps add and score them (`dpsgd.private_step`); they are no images of the data
 
     def __init__(self, included: np.ndarray, *, seed: int):
         self.included = torch.from_numpy(included)
         self.m, self.seed = len(included), seed
-        self.extra = int(included.sum())  # records added to n
+        self.virtual_records = int(included.sum())  # records of n beyond the data: the included canaries
         self.gen = torch.Generator().manual_seed(seed)
         self.scores = torch.zeros(self.m, dtype=torch.float64)
         self._space = None  # (params' ids, coordinates S, directions U (m, |S|)) of the current phase
-        self._sampled = None
         self.sample_rate = 0.0  # q of the run, set once the schedule is known (`dpviz.audit.run`)
 
     def _directions(self, params) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,10 +75,10 @@ class GradientCanaries:
         ``clip_norm`` None: a non-private step (ε = ∞), whose canaries enter unclipped.
         """
         S, U = self._directions(params)
-        self._sampled = self.included & (torch.rand(self.m, generator=self.gen) < self.sample_rate)  # (m,)
-        a = self._contribution(clip_norm, clipping, int(self._sampled.sum()))
+        sampled = self.included & (torch.rand(self.m, generator=self.gen) < self.sample_rate)  # (m,)
+        a = self._contribution(clip_norm, clipping, int(sampled.sum()))
         delta = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
-        delta[S] = (a @ U[self._sampled]) * scale  # Σ_c a_c u_c on the coordinates S
+        delta[S] = (a @ U[sampled]) * scale  # Σ_c a_c u_c on the coordinates S
         for p, chunk in zip(params, delta.split([p.numel() for p in params])):
             p.grad = p.grad + chunk.view_as(p).to(p.grad)
 
@@ -104,6 +103,7 @@ class InputCanaries:
     """Black-box canaries: images with a wrong label, appended to the training set when included."""
 
     virtual = False
+    virtual_records = 0  # included canaries are images of the training split (`extend`)
 
     def __init__(self, included: np.ndarray, *, seed: int, kind: str, bundle):
         g = torch.Generator().manual_seed(seed * 31 + 5)
@@ -116,7 +116,6 @@ class InputCanaries:
             self.x = torch.randint(0, 2, (m, *bundle.x_train.shape[1:]), generator=g).float() * 2 - 1
             self.y = torch.randint(0, K, (m,), generator=g)
         self.included = torch.from_numpy(included)
-        self.extra = int(included.sum())
 
     def extend(self, bundle):
         """The bundle with the included canaries appended to its training split (test split untouched)."""

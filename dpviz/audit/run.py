@@ -86,7 +86,7 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     """
     from .. import engine, trainer
     from ..runner import _resolved
-    from . import canaries as canary_mod  # noqa: F401  (torch: only when an audit trains)
+    from . import canaries as canary_mod  # torch: only when an audit trains
 
     spec = spec or AuditSpec()
     store = store or Store(cache_dir)
@@ -99,20 +99,20 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     t0 = time.perf_counter()
     summary = trainer.train(prep, store=_Discard(), run_id="audit", progress=progress, cancel=cancel)
     scores = prep.canaries.final_scores(prep.model, prep.device)
-    report = _report(cfg, spec, included, scores, summary, prep, time.perf_counter() - t0)
+    report = _report(key, cfg, spec, included, scores, summary, prep, time.perf_counter() - t0)
     store.put_audit(key, cfg.hash(), report)
     return {**report, "cached": False}
 
 
-def _report(cfg, spec, included, scores, summary, prep, wall) -> dict:
+def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
     delta = cfg.delta
     best = bounds.best_bounds(scores, included, delta=delta, confidence=spec.confidence)
     out = {
-        "audit_key": spec.key(cfg), "config_hash": cfg.hash(), "config": cfg.to_dict(), **asdict(spec),
+        "audit_key": key, "config_hash": cfg.hash(), "config": cfg.to_dict(), **asdict(spec),
         "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": summary["epsilon_spent"],
         "delta": delta, **best, "ceiling": bounds.ceiling(m=spec.canaries, delta=delta, confidence=spec.confidence),
         "included": int(included.sum()), "sample_rate": prep.sample_rate,
-        "n_train": prep.bundle.n + (prep.canaries.extra if prep.canaries.virtual else 0),  # canaries included
+        "n_train": prep.bundle.n + prep.canaries.virtual_records,  # canaries included
         "steps": sum(p.steps for p in prep.phases), "noise_multiplier": prep.phases[0].noise_multiplier,
         "auc": bounds.auc(scores, included), "tpr_at_fpr_1pct": bounds.tpr_at_fpr(scores, included, 0.01),
         "tpr_at_fpr_01pct": bounds.tpr_at_fpr(scores, included, 0.001),
