@@ -19,6 +19,7 @@ PAGES = (
     ("pages/continual.py", "Public → private", ":material/swap_horiz:"),
     ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
     ("pages/reproduction.py", "Reproduction", ":material/fact_check:"),
+    ("pages/audit.py", "Privacy audit", ":material/policy:"),
 )
 
 
@@ -56,3 +57,23 @@ def input_error(e: Exception) -> None:
 def reading(text: str) -> None:
     """The one-line reading of a figure, under it."""
     st.markdown(f"**Reading.** {text}")
+
+
+def render_task(t: dict, unit: str, what: str) -> None:
+    """A background task's progress bar (redrawn every 2 s while it runs) or the error that stopped it.
+
+    When the task finishes, the whole page reruns once so that its results appear.
+    """
+    was_running = state.running(t)
+
+    @st.fragment(run_every=2.0 if was_running else None)
+    def progress():
+        if state.running(t):
+            frac = t["done"] / t["total"] if t["total"] else 0.0
+            st.progress(frac, text=f"{t['done']} of {t['total'] or '?'} {unit} · {t['label'] or 'starting'}")
+        elif was_running:
+            st.rerun()
+        elif t["error"]:
+            st.error(f"The {what} stopped: {t['error']}", icon=":material/error:")
+
+    progress()

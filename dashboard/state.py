@@ -53,35 +53,41 @@ def worker_processes() -> list:
 
 
 @st.cache_resource(show_spinner=False)
-def scorecard() -> dict:
-    """This server's one background scorecard run: its thread, progress, rows and cancel event."""
+def task(name: str) -> dict:
+    """This server's one background task called ``name`` (the scorecard, an audit, an audit sweep): its thread,
+    progress (``done`` of ``total``, ``label``), ``result``, ``error`` and cancel event. It outlives reruns."""
     import threading
 
-    return {"thread": None, "done": 0, "total": 0, "claim": None, "rows": None, "error": None,
+    return {"thread": None, "done": 0, "total": 0, "label": None, "result": None, "error": None,
             "cancel": threading.Event()}
 
 
-def start_scorecard(claims, seeds) -> None:
-    """Run the scorecard in a background thread (finished runs answer from the cache: resumable)."""
+def running(t: dict) -> bool:
+    return t["thread"] is not None and t["thread"].is_alive()
+
+
+def start_task(name: str, work) -> None:
+    """Run ``work(progress, cancel)`` in a background thread unless task ``name`` is already running.
+
+    ``progress(done, total, label)`` updates the task; what ``work`` returns becomes its ``result``.
+    Work that stores what it finishes (runs, audits) resumes from the store when started again.
+    """
     import threading
 
-    from dpviz import reproduce
-
-    sc = scorecard()
-    if sc["thread"] is not None and sc["thread"].is_alive():
+    t = task(name)
+    if running(t):
         return
-    sc.update(done=0, total=0, claim=None, rows=None, error=None)
-    sc["cancel"].clear()
+    t.update(done=0, total=0, label=None, result=None, error=None)
+    t["cancel"].clear()
 
-    def progress(done, total, claim):
-        sc.update(done=done, total=total, claim=claim)
+    def progress(done, total, label):
+        t.update(done=done, total=total, label=label)
 
-    def work():
+    def main():
         try:
-            sc["rows"] = reproduce.run(claims, seeds=seeds, cache_dir=store().root, progress=progress,
-                                       cancel=sc["cancel"])
+            t["result"] = work(progress, t["cancel"])
         except Exception as e:  # noqa: BLE001 - shown on the page
-            sc["error"] = f"{type(e).__name__}: {e}"
+            t["error"] = f"{type(e).__name__}: {e}"
 
-    sc["thread"] = threading.Thread(target=work, name="dpviz-scorecard", daemon=True)
-    sc["thread"].start()
+    t["thread"] = threading.Thread(target=main, name=f"dpviz-{name}", daemon=True)
+    t["thread"].start()

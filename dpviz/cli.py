@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--audit-seed", default="0", metavar="S",
                     help="the auditor's seed (inclusion bits, canaries); --seed stays the run's own")
     au.add_argument("--force", action="store_true", help="audit again even if this audit is stored")
+    au.add_argument("--sweep", action="store_true", help="audit every strategy × ε × threat below instead "
+                    "(stored audits answer at once: a stopped sweep resumes)")
+    au.add_argument("--sweep-strategies", nargs="+", default=None, metavar="S", help="(default: --strategy)")
+    au.add_argument("--sweep-epsilons", nargs="+", default=None, metavar="E", help="(default: 0.5 1 2 4 8 inf)")
+    au.add_argument("--sweep-threats", nargs="+", default=None, metavar="T", help="(default: both)")
     au.add_argument("--json", action="store_true", help="print the JSON report (scores included) on stdout")
     au.add_argument("--quiet", action="store_true", help="no progress bar")
     ls = sub.add_parser("list", help="list stored runs")
@@ -450,12 +455,34 @@ def cmd_audit(args) -> int:
     spec = AuditSpec(canaries=_number(args.canaries, "canaries", int), threat=args.threat, kind=args.kind,
                      confidence=_number(args.confidence, "confidence"),
                      seed=_number(args.audit_seed, "audit_seed", int))
+    if args.sweep:
+        return _audit_sweep(args, cfg, spec)
     progress = _Progress(cfg, args.quiet)
     try:
         r = audit(cfg, spec, cache_dir=args.cache_dir, force=args.force, progress=progress)
     finally:
         progress.close()
     print(_dump(r) if args.json else _audit_text(r))
+    return 0
+
+
+def _audit_sweep(args, cfg, spec) -> int:
+    from .audit import sweep
+
+    axes = dict(strategies=args.sweep_strategies or [cfg.strategy],
+                epsilons=[_number(e, "sweep_epsilons") for e in args.sweep_epsilons or sweep.EPSILONS],
+                threats=args.sweep_threats or list(sweep.THREATS))
+    sweep.plan(cfg, **axes)  # every point validated before the first trains
+
+    def progress(done, total, label):
+        if not args.quiet:
+            print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
+
+    rows = sweep.sweep(cfg, spec, cache_dir=args.cache_dir, progress=progress, **axes)
+    print(_dump(rows) if args.json else "\n".join(
+        f"{r['strategy']:>8} ε={'∞' if r['epsilon'] is None else format(r['epsilon'], 'g'):<4} {r['threat']:<9} "
+        f"ε_lb {r['epsilon_lb']:.3f}  ε spent {r['epsilon_spent'] or float('inf'):.3f}  ceiling {r['ceiling']:.2f}"
+        for r in rows))
     return 0
 
 

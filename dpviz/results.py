@@ -63,11 +63,14 @@ def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
-    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status."""
-    rows = []
+    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, and the
+    strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any."""
+    from .audit.run import best_per_config
+
+    audits, rows = best_per_config(store), []
     for rid in run_ids:
         run = store.get_run(rid)
-        c, s = run["config"], run["summary"] or {}
+        c, s, a = run["config"], run["summary"] or {}, audits.get(run["config_hash"], {})
         rows.append({
             "run_id": rid, "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
             "backbone": c["backbone"], "epsilon": c["epsilon"], "delta": c["delta"],
@@ -75,6 +78,8 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
             "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
             "epsilon_spent": s.get("epsilon_spent"), "wall_time_s": s.get("wall_time_s"),
             "step": run["step"], "total_steps": run["total_steps"],
+            "audit_epsilon_lb": a.get("epsilon_lb_best"), "audit_threat": a.get("threat"),
+            "audit_canaries": a.get("canaries"),
         })
     return pd.DataFrame(rows)
 

@@ -18,29 +18,19 @@ st.subheader("1 · Run the scorecard")
 c = st.columns([4, 1, 1])
 claims = c[0].multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims")
 seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds"))
-sc = state.scorecard()
-running = sc["thread"] is not None and sc["thread"].is_alive()
+sc = state.task("scorecard")
+running = state.running(sc)
 if c[2].button("Cancel" if running else "Run / resume", type="secondary" if running else "primary", key="re_go"):
     if running:
         sc["cancel"].set()
     elif claims:
-        state.start_scorecard(claims, tuple(range(seeds)))
-        running = True
+        state.start_task("scorecard", lambda progress, cancel: reproduce.run(
+            claims, seeds=tuple(range(seeds)), cache_dir=state.store().root, progress=progress, cancel=cancel))
 
-
-@st.fragment(run_every=2.0 if running else None)
-def render_progress():
-    if sc["thread"] is not None and sc["thread"].is_alive():
-        frac = sc["done"] / sc["total"] if sc["total"] else 0.0
-        st.progress(frac, text=f"{sc['done']} of {sc['total'] or '?'} runs · {sc['claim'] or 'starting'}")
-    elif sc["error"]:
-        st.error(f"The scorecard stopped: {sc['error']}", icon=":material/error:")
-
-
-render_progress()
+layout.render_task(sc, "runs", "scorecard")
 
 st.subheader("2 · Claims")
-rows = reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root) if not running else []
+rows = reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root) if not state.running(sc) else []
 if not rows:
     st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores).")
     st.stop()

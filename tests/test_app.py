@@ -21,7 +21,9 @@ WIDGETS = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/sparse.py": ["ε values", "sparsities s", "methods", "seeds"],
          "pages/curvature.py": ["runs", "strategy", "Launch a run with 10 checkpoints"],
          "pages/accountants.py": ["batch sizes", "accountant", "run"],
-         "pages/continual.py": ["Launch continual and pure DP-FFT at this budget"]}
+         "pages/continual.py": ["Launch continual and pure DP-FFT at this budget"],
+         "pages/audit.py": ["canaries M", "threat", "confidence", "Audit in the background", "strategies",
+                            "Run / resume"]}
 """Widgets each page must show; every page of `dashboard.layout.PAGES` is opened whether listed or not."""
 
 
@@ -230,3 +232,30 @@ def test_the_app_refuses_to_serve_beyond_loopback(app_env, monkeypatch):
         config.set_option("server.address", before)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()  # the shipped config: loopback
     assert not at.error and "1 · Configure" in [h.value for h in at.subheader]
+
+
+def test_audit_page_audits_and_sweeps_in_the_background_and_rejects_a_bad_sweep(app_env):
+    from dashboard import state
+
+    at = open_page("pages/audit.py")
+    at.number_input(key="au_m").set_value(100).run()
+    at.button(key="au_go").click().run()
+    state.task("audit")["thread"].join(120)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.exception or at.error]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["ceiling for M = 100"] and float(shown["ε_lb (best bound)"]) <= float(shown["accountant's ε spent"])
+    assert any(m.value.startswith("**Reading.** ε_lb =") for m in at.markdown)
+    at.multiselect(key="au_sw_threats").set_value([]).run()
+    at.button(key="au_sw_go").click().run()
+    assert at.error and "threats" in at.error[0].value and not state.running(state.task("audit-sweep"))
+    at.multiselect(key="au_sw_threats").set_value(["white-box"]).run()
+    at.multiselect(key="au_sw_strategies").set_value(["lp"]).run()
+    at.multiselect(key="au_sw_eps").set_value([1.0]).run()
+    at.button(key="au_sw_go").click().run()
+    state.task("audit-sweep")["thread"].join(120)
+    at.run()
+    assert not at.exception and not at.error
+    table = at.dataframe[-1].value
+    assert list(table["strategy"]) == ["lp"] and (table["epsilon_lb"] <= table["epsilon_spent"]).all()
+    assert Store(app_env).list_runs() == []  # audits are not the user's runs

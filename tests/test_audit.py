@@ -101,3 +101,55 @@ def test_every_strategy_and_per_sample_path_stays_above_its_audit(strategy, eps,
     if (strategy, eps) == ("fft", 4.0) and not extra:  # the black-box threat on the same run
         b = audit(cfg, AuditSpec(canaries=300, confidence=0.99, seed=7, threat="black-box"), store=store)
         assert b["threat"] == "black-box" and _eps_lb(b) <= eps and b["n_train"] == 1437 + b["included"]
+
+
+def test_a_sweep_resumes_from_the_store_draws_the_diagonal_and_fills_the_run_table(cache_dir):
+    import threading
+
+    from dpviz import figures, results, runner
+    from dpviz.audit import sweep
+
+    store, base, spec = Store(cache_dir), RunConfig(strategy="lp", epochs=3), AuditSpec(canaries=100)
+    axes = dict(strategies=["lp"], epsilons=[math.inf, 1.0], threats=["white-box"])
+    stop = threading.Event()
+    stop.set()
+    assert sweep.sweep(base, spec, store=store, cancel=stop, **axes) == []  # cancelled before its first audit
+    seen = []
+    rows = sweep.sweep(base, spec, store=store, progress=lambda *a: seen.append(a), **axes)
+    assert [r["epsilon"] for r in rows] == [1.0, None] and seen[-1][:2] == (2, 2)
+    assert rows[1]["epsilon_lb"] > rows[0]["epsilon_lb"]  # no noise: the canaries show
+    assert sweep.stored(base, spec, store=store, **axes) == rows  # answered without training
+    fig = figures.audit.sweep_figure(rows)
+    names = [t.name for t in fig.data]
+    assert "ε_lb = ε (the accountant's bound)" in names and any(n.startswith("ceiling") for n in names)
+    assert fig.layout.xaxis.type == "log" and "∞" in fig.layout.xaxis.ticktext
+    report = store.audits()[-1]  # the ε = 1 audit (oldest first from the end)
+    roc = figures.audit.roc_figure(report)
+    assert roc.layout.xaxis.type == roc.layout.yaxis.type == "log" and min(roc.data[0].x) > 0
+    run = runner.run(base.replace(epsilon=1.0), store=store)
+    table = results.final_table(store, [run["run_id"]])
+    assert table.loc[0, "audit_epsilon_lb"] == rows[0]["epsilon_lb"] and table.loc[0, "audit_canaries"] == 100
+    with pytest.raises(Exception, match="threats"):
+        sweep.plan(base, strategies=["lp"], epsilons=[1.0], threats=["grey-box"])
+
+
+def test_the_command_line_audits_sweeps_and_rejects_bad_input_with_exit_2(cli_env):
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "dpviz", "audit", "--strategy", "lp", "--epochs", "3",
+                               "--canaries", "100", "--quiet", *args], env=cli_env, capture_output=True, text=True,
+                              timeout=300)
+
+    one = cli("--json")
+    r = json.loads(one.stdout)
+    assert one.returncode == 0 and r["audit"] and _eps_lb(r) <= r["epsilon_spent"] <= 1.0
+    swept = cli("--sweep", "--sweep-epsilons", "1", "--sweep-threats", "white-box", "--json")
+    rows = json.loads(swept.stdout)
+    assert [x["audit_key"] for x in rows] == [r["audit_key"]]  # the same audit, answered from the store
+    for bad, field in ((("--canaries", "5"), "canaries"), (("--sweep", "--sweep-threats", "grey-box"), "threats"),
+                       (("--sweep", "--sweep-epsilons", "-1"), "epsilon")):
+        p = cli(*bad)
+        assert p.returncode == 2 and field in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

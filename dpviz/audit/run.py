@@ -14,7 +14,6 @@ import numpy as np
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..store import Store
-from . import bounds
 
 THREATS = ("white-box", "black-box")
 KINDS = ("mislabeled", "ood")  # black-box canary images
@@ -104,7 +103,29 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     return {**report, "cached": False}
 
 
+def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, store: Store | None = None) -> dict | None:
+    """The stored report ``audit(cfg, spec)`` would answer with, or None when it would train (imports no torch)."""
+    from ..runner import _resolved
+
+    spec, store = spec or AuditSpec(), store or Store(cache_dir)
+    resolved, _ = _resolved(cfg, store, search_ok=False)
+    return None if resolved.auto else store.get_audit(spec.key(resolved))
+
+
+def best_per_config(store: Store) -> dict[str, dict]:
+    """Per run configuration hash, its stored audit with the highest ε_lb (the strongest evidence)."""
+    best: dict[str, dict] = {}
+    for r in store.audits():
+        lb = max(r["epsilon_lb"], r["epsilon_lb_fdp"])
+        if r["config_hash"] not in best or lb > best[r["config_hash"]]["epsilon_lb_best"]:
+            best[r["config_hash"]] = {"epsilon_lb_best": lb, "threat": r["threat"], "canaries": r["canaries"],
+                                      "confidence": r["confidence"]}
+    return best
+
+
 def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
+    from . import bounds  # scipy.stats: not on the path of pages that only read stored audits
+
     delta = cfg.delta
     best = bounds.best_bounds(scores, included, delta=delta, confidence=spec.confidence)
     out = {

@@ -1,7 +1,7 @@
 """Every dpviz figure, built from result tables (`dpviz.results`) or studies, in one style.
 
 ``figures.metric_curves(...)`` and the other run figures are here; subjects have their
-module: ``figures.analyses``, ``figures.curvature``, ``figures.sparse``, ``figures.tuning``
+module: ``figures.analyses``, ``figures.audit``, ``figures.curvature``, ``figures.sparse``, ``figures.tuning``
 (imported on first use: the tuning figures need Optuna). `style` holds the palette (strategy
 colours from the registry), layout, labels and captions that all of them use.
 """
@@ -13,7 +13,7 @@ import importlib
 from .runs import band_curves, metric_curves, utility_curve
 from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
-_SUBJECTS = ("analyses", "curvature", "reproduce", "sparse", "tuning")
+_SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "tuning")
 
 
 def __getattr__(name: str):

@@ -1,0 +1,59 @@
+"""What an audit, or a sweep of audits, says in words: one reading under each figure."""
+
+from __future__ import annotations
+
+NOTE = ("An audit trains this configuration once more on the private data, with canaries added: that training "
+        "run is marked as an audit and never stored among your runs, but it is a second use of the same private "
+        "data — publishing an audit's outputs spends its ε again. Its scores are of canaries only (gradient "
+        "canaries or inserted images), computed from what the DP run released; its test accuracy, like every "
+        "run's, is measured on the private test split. ε_lb is a statistical lower bound (valid at the stated "
+        "confidence), not a guarantee: only the accountant's ε bounds the privacy loss from above.")
+
+
+def reading(r: dict) -> str:
+    """One audit: whether ε_lb contradicts the accountant, and how close it comes to what M canaries allow."""
+    lb, m = max(r["epsilon_lb"], r["epsilon_lb_fdp"]), r["canaries"]
+    conf = f"{r['confidence']:.0%} confidence"
+    if r["epsilon"] is None:
+        return (f"Without noise the canaries show ε_lb = {lb:.2f}, {lb / r['ceiling']:.0%} of the ceiling "
+                f"{r['ceiling']:.2f} that {m} canaries allow: the audit can see a leak when there is one.")
+    if lb > r["epsilon_spent"]:
+        return (f"**ε_lb = {lb:.2f} exceeds the accountant's ε spent {r['epsilon_spent']:.3g}** at {conf}: the "
+                "mechanism as implemented leaks more than it is accounted for (a clipping, sampling or noise bug), "
+                "or the accountant is wrong. The run's privacy claim does not hold.")
+    guessed = (f"{r['correct']} of {r['guesses']} guesses right" if r["guesses"]
+               else "no set of guesses was significant")
+    text = (f"ε_lb = {lb:.2f} ≤ ε spent {r['epsilon_spent']:.3g} at {conf}: no evidence against the accountant "
+            f"({guessed}, AUC {r['auc']:.3f}).")
+    ideal = r.get("ideal")
+    if ideal:
+        best = max(ideal["epsilon_lb"], ideal["epsilon_lb_fdp"])
+        text += (f" An attack scoring with the exact Gaussian mechanism would reach about {best:.2f} for the same "
+                 f"{m} canaries: the gap to ε is the one-run audit's own slack (more canaries close it, up to the "
+                 f"ceiling {r['ceiling']:.2f}), not slack in the accounting.")
+    elif r["threat"] == "black-box":
+        text += (" A black-box audit sees only the final model: one run of DP-SGD shows far less than ε to it, "
+                 "so a small ε_lb here says little; white-box is the test of the mechanism.")
+    return text
+
+
+def sweep_reading(rows: list[dict]) -> str:
+    """A sweep: where (if anywhere) ε_lb crossed ε, and how white-box and black-box compare."""
+    if not rows:
+        return "No audit of this sweep is stored yet."
+    over = [r for r in rows if r["epsilon"] is not None and r["epsilon_lb"] > r["epsilon_spent"]]
+    if over:
+        where = ", ".join(f"{r['strategy']} ε={r['epsilon']:g} {r['threat']}" for r in over)
+        return f"**ε_lb exceeds the accountant's ε at: {where}** — the mechanism leaks more than accounted there."
+    text = "Every finite-ε audit stays below the diagonal ε_lb = ε: no strategy leaks more than it is accounted for."
+    wb = [r["epsilon_lb"] / r["epsilon"] for r in rows if r["threat"] == "white-box" and r["epsilon"]]
+    bb = [r["epsilon_lb"] / r["epsilon"] for r in rows if r["threat"] == "black-box" and r["epsilon"]]
+    if wb:
+        text += f" White-box ε_lb reaches up to {max(wb):.0%} of ε"
+        text += f", black-box up to {max(bb):.0%}." if bb else "."
+    inf = [r for r in rows if r["epsilon"] is None and r["threat"] == "white-box"]
+    if inf:
+        lo, hi = min(r["epsilon_lb"] for r in inf), max(r["epsilon_lb"] for r in inf)
+        span = f"{lo:.2f}" if round(lo, 2) == round(hi, 2) else f"{lo:.2f}–{hi:.2f}"
+        text += f" Without noise (ε = ∞) white-box ε_lb is {span} of a ceiling of {inf[0]['ceiling']:.2f}."
+    return text

@@ -1,0 +1,118 @@
+"""Privacy audit: canaries in one training run, an empirical lower bound on ε beside the accountant's ε."""
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import forms, layout, runs, state
+from dpviz import audit, figures, strategies
+from dpviz.audit import readings, sweep
+from dpviz.errors import DpvizError
+
+layout.page_setup("Privacy audit", r"""
+The accountant bounds ε **from above** for the σ, q and T a run reports; it cannot see a bug in the mechanism
+as implemented. An audit bounds ε **from below**: it trains the configuration once with M canaries, each
+included with probability ½ by the auditor's own coin, scores every canary and counts how many inclusions
+an attacker guesses right (Steinke, Nasr & Jagielski 2023; the f-DP bound of Mahloujifar et al. 2024).
+If ε_lb ever exceeded the accountant's ε, the mechanism would leak more than it claims. **White-box**:
+gradient canaries of norm 10·C, clipped and noised like every record, scored from every update;
+**black-box**: inserted images, scored by the final model's loss. M canaries can show at most the
+*ceiling*; the *ideal attack* scores with the exact Gaussian mechanism — the limit of any attack for that M.
+""")
+st.info(readings.NOTE, icon=":material/shield:")
+
+st.subheader("1 · Configure the run and the audit")
+with st.expander("Run configuration (as on the Runs page)", expanded=False):
+    cfg, _ = forms.render_run_form(state.store().root)
+c = st.columns([2, 2, 2, 2, 1])
+try:
+    spec = audit.AuditSpec(
+        canaries=int(c[0].number_input("canaries M", 10, audit.MAX_CANARIES, 1000, step=100, key="au_m")),
+        threat=c[1].selectbox("threat", audit.THREATS, key="au_threat"),
+        kind=c[2].selectbox("black-box canaries", audit.KINDS, key="au_kind",
+                            help="mislabeled private-distribution images, or out-of-distribution ±1 patterns"),
+        confidence=c[3].select_slider("confidence", [0.9, 0.95, 0.99], value=0.95, key="au_conf"),
+        seed=int(c[4].number_input("audit seed", 0, 2 ** 31 - 1, 0, key="au_seed")))
+except DpvizError as e:
+    layout.input_error(e)
+    st.stop()
+if cfg is None:
+    st.stop()
+
+one = state.task("audit")
+busy = state.running(one)
+if st.button("Cancel the audit" if busy else "Audit in the background", type="secondary" if busy else "primary",
+             key="au_go"):
+    if busy:
+        one["cancel"].set()
+    else:
+        state.start_task("audit", lambda progress, cancel: audit.audit(
+            cfg, spec, store=state.store(), cancel=cancel,
+            progress=lambda step, total, *_: progress(step, total, f"{cfg.strategy} {spec.threat}")))
+layout.render_task(one, "steps", "audit")
+
+st.subheader("2 · The audit of this configuration")
+report = audit.stored(cfg, spec, store=state.store())
+if report is None:
+    st.caption("No stored audit for this configuration and audit settings yet: launch one above (≈ 3 s on the "
+               "default at M = 1000).")
+else:
+    m = st.columns(5)
+    m[0].metric("budget ε", "∞" if report["epsilon"] is None else f"{report['epsilon']:g}")
+    m[1].metric("accountant's ε spent", "—" if report["epsilon_spent"] is None else f"{report['epsilon_spent']:.3f}")
+    m[2].metric("ε_lb (best bound)", f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f}")
+    m[3].metric(f"ceiling for M = {report['canaries']}", f"{report['ceiling']:.2f}")
+    m[4].metric("AUC · TPR at FPR 1 %", f"{report['auc']:.3f} · {report['tpr_at_fpr_1pct']:.3f}")
+    data = pd.DataFrame({"score": report["scores_in"] + report["scores_out"],
+                         "included": [True] * len(report["scores_in"]) + [False] * len(report["scores_out"])})
+    for name, build in (("bounds", figures.audit.bounds_figure), ("scores", figures.audit.scores_figure),
+                        ("roc", figures.audit.roc_figure)):
+        fig = build(report)
+        st.plotly_chart(fig, key=f"au_fig_{name}")
+        runs.render_export(fig, data, [report["config"]], f"dpviz_audit_{name}_{report['audit_key']}",
+                           f"au_exp_{name}")
+    layout.reading(readings.reading(report))
+
+st.subheader("3 · Audit sweep: ε_lb against ε")
+c = st.columns([3, 3, 2, 1])
+strats = c[0].multiselect("strategies", strategies.names(), default=["lp", "fft", "lp-fft"], key="au_sw_strategies")
+eps = c[1].multiselect("ε", [0.5, 1.0, 2.0, 4.0, 8.0, math.inf], default=list(sweep.EPSILONS), key="au_sw_eps",
+                       format_func=figures.eps_text)
+threats = c[2].multiselect("threats", audit.THREATS, default=list(audit.THREATS), key="au_sw_threats")
+many = state.task("audit-sweep")
+busy = state.running(many)
+if c[3].button("Cancel" if busy else "Run / resume", type="secondary" if busy else "primary", key="au_sw_go"):
+    if busy:
+        many["cancel"].set()
+    else:
+        try:
+            sweep.plan(cfg, strategies=strats, epsilons=eps, threats=threats)
+            state.start_task("audit-sweep", lambda progress, cancel: sweep.sweep(
+                cfg, spec, strategies=strats, epsilons=eps, threats=threats, store=state.store(),
+                progress=progress, cancel=cancel))
+        except DpvizError as e:
+            layout.input_error(e)
+layout.render_task(many, "audits", "audit sweep")
+
+
+@st.fragment(run_every=2.0 if state.running(many) else None)
+def render_sweep():
+    """The sweep's figure and table from the stored audits: it fills in while the sweep runs."""
+    try:
+        rows = sweep.stored(cfg, spec, strategies=strats, epsilons=eps, threats=threats, store=state.store())
+    except DpvizError as e:
+        layout.input_error(e)
+        return
+    if not rows:
+        st.caption("No audit of this sweep is stored yet: run it above (≈ 3 s per audit on the default).")
+        return
+    fig = figures.audit.sweep_figure(rows)
+    st.plotly_chart(fig, key="au_sweep_fig")
+    layout.reading(readings.sweep_reading(rows))
+    table = pd.DataFrame(rows).drop(columns=["audit_key"])
+    st.dataframe(table, hide_index=True, key="au_sweep_table")
+    runs.render_export(fig, table, [cfg.to_dict()], "dpviz_audit_sweep", "au_sweep_exp")
+
+
+render_sweep()
