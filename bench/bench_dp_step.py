@@ -4,12 +4,19 @@ Both steps run on the same batch (B = 256 of the default digits task, 16×16),
 timed in alternation; a step is forward + backward (+ clipping and noise for
 DP) + optimizer update. lp-fft is the step-weighted mix of its LP and FFT
 phases at p = 0.3. Usage: python bench/bench_dp_step.py [--batch 256]
+
+On a GPU (``--device cuda``, see `dp_step_cuda`): dpviz's DP step against a plain
+step and Opacus (hooks, ghost clipping) on the built-in CNN, torchvision ResNet-18/50
+and timm ViT-S/16, time and peak-memory ratios; ``--profile DIR`` also writes
+torch.profiler tables of dpviz's step per model. Usage: python bench/bench_dp_step.py
+--device cuda [--models cnn resnet18 resnet50 vit_small] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+from pathlib import Path
 
 import torch
 
@@ -56,12 +63,31 @@ def measure(backbone: str, B: int, mode: str) -> dict:
     return out
 
 
+def cuda_main(args) -> None:
+    import dp_step_cuda as gpu
+
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    results = {}
+    for name in args.models:
+        results[name] = gpu.measure_model(name, methods=args.methods)
+        print("\n".join(gpu.table({name: results[name]})[2:]), flush=True)
+        if args.profile:
+            gpu.profile_dpviz(name, Path(args.profile) / f"profile-{name}.txt")
+    print("\n".join(gpu.table(results)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--modes", nargs="+", default=["auto", "hooks"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--models", nargs="+", default=["cnn", "resnet18", "resnet50", "vit_small"])
+    ap.add_argument("--methods", nargs="+", default=["plain", "dpviz", "hooks", "ghost"])
+    ap.add_argument("--profile", help="folder for torch.profiler tables of dpviz's GPU step")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.device == "cuda":
+        return cuda_main(args)
     print(f"| backbone | strategy | per-sample path | DP step (ms) | non-private step (ms) | ratio |")
     print("|---|---|---|---|---|---|")
     for backbone in ("cnn", "vit"):

@@ -25,16 +25,21 @@ def prepared(**kw):
     return engine.prepare(RunConfig(**kw), cache_dir=CACHE, with_curve=False)
 
 
-def interleaved(fns: dict, rounds: int = 7, reps: int = 3) -> dict:
-    """Median seconds per call of each fn, timing them in alternation so load drifts hit all."""
+def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None) -> dict:
+    """Median seconds per call of each fn, timing them in alternation so load drifts hit all.
+
+    ``sync`` runs before each clock read (``torch.cuda.synchronize`` for GPU work).
+    """
     for f in fns.values():
         f()  # warm-up
+    sync()
     times = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
             t = time.perf_counter()
             for _ in range(reps):
                 f()
+            sync()
             times[k].append((time.perf_counter() - t) / reps)
     return {k: statistics.median(v) for k, v in times.items()}
 
