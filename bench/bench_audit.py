@@ -3,7 +3,9 @@
 For each ε, one audit per threat with M canaries (fresh store, so every audit trains): ε_lb by the
 one-run bound and by the f-DP bound, the ideal ε_lb (median over 5 draws of scores from the exact
 mechanism: the limit of any attack for the same M and confidence), their ratio and the wall time.
-Usage: python bench/bench_audit.py [--canaries 1000]
+With --sweep: the audit sweep of the Privacy audit page over every registered strategy, ε ∈ {0.5, 1, 2,
+4, 8, ∞} and both threats: ε_lb per cell (white-box / black-box), the ceiling, and the sweep's wall time.
+Usage: python bench/bench_audit.py [--canaries 1000] [--sweep]
 """
 
 from __future__ import annotations
@@ -36,11 +38,33 @@ def ideal(r: dict, draws: int = 5) -> float:
     return statistics.median(vals)
 
 
+def sweep_table(canaries: int, cache: Path) -> None:
+    from dpviz import strategies
+    from dpviz.audit import sweep
+
+    t0 = time.perf_counter()
+    rows = sweep.sweep(RunConfig(), AuditSpec(canaries=canaries), strategies=strategies.names(), cache_dir=cache)
+    wall = time.perf_counter() - t0
+    cell = {(r["strategy"], r["epsilon"], r["threat"]): r["epsilon_lb"] for r in rows}
+    eps = [None if e == float("inf") else e for e in sweep.EPSILONS]
+    print("| strategy | " + " | ".join(f"ε = {'∞' if e is None else format(e, 'g')}" for e in eps) + " |")
+    print("|---|" + "---|" * len(eps))
+    for s in strategies.names():
+        print(f"| {s} | " + " | ".join(f"{cell[s, e, 'white-box']:.2f} / {cell[s, e, 'black-box']:.2f}"
+                                        for e in eps) + " |")
+    over = [r for r in rows if r["epsilon"] is not None and r["epsilon_lb"] > r["epsilon_spent"]]
+    print(f"\nε_lb white-box / black-box, M = {canaries}; ceiling {rows[0]['ceiling']:.2f}; "
+          f"{len(rows)} audits in {wall:.0f} s ({wall / len(rows):.1f} s each); ε_lb > ε spent: {len(over)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--canaries", type=int, default=1000)
+    ap.add_argument("--sweep", action="store_true")
     a = ap.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="dpviz-audit-"))
+    if a.sweep:
+        return sweep_table(a.canaries, cache)
     print("| ε | threat | ε spent | ε_lb one-run | ε_lb f-DP | ideal ε_lb | best ÷ ideal | AUC | audit wall |")
     print("|---|---|---|---|---|---|---|---|---|")
     for eps in (1.0, 2.0, 4.0, 8.0):

@@ -20,6 +20,7 @@ PAGES = (
     ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
     ("pages/reproduction.py", "Reproduction", ":material/fact_check:"),
     ("pages/audit.py", "Privacy audit", ":material/policy:"),
+    ("pages/theory.py", "Theory lab", ":material/functions:"),
 )
 
 

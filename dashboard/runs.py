@@ -63,12 +63,14 @@ def render_run_table() -> list[str]:
     return [df.loc[i, "run_id"] for i in ev.selection.rows]
 
 
-def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str, private: bool = False) -> None:
+def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str, private: bool = False,
+                  caption: str | None = None) -> None:
     """Download buttons: the figure (with caption) as PNG/SVG/PDF/HTML and its data as CSV.
 
     ``private`` marks analyses of private data: the caption then says that the DP guarantee does not cover them.
+    ``caption`` replaces the one made from ``configs`` (figures that no run configuration describes).
     """
-    caption = results.caption(configs)
+    caption = caption or results.caption(configs)
     caption = figures.private_caption(caption) if private else caption
     cols = st.columns(5)
     for col, fmt in zip(cols, export.FORMATS):

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--sweep-threats", nargs="+", default=None, metavar="T", help="(default: both)")
     au.add_argument("--json", action="store_true", help="print the JSON report (scores included) on stdout")
     au.add_argument("--quiet", action="store_true", help="no progress bar")
+    th = sub.add_parser("theory", help="the theory lab: seed 000's two-layer setting under Langevin diffusion "
+                        "(LP, FFT, LP-FFT over time; --utility: loss against the LP share; --overlay: real DP-SGD)")
+    _theory_flags(th)
     ls = sub.add_parser("list", help="list stored runs")
     ls.add_argument("--status", default=None, choices=["queued", "running", "finished", "failed", "cancelled",
                                                         "interrupted"])
@@ -500,6 +503,39 @@ def _audit_text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _theory_flags(p: argparse.ArgumentParser) -> None:
+    from .theory import Setting
+
+    for f in fields(Setting):
+        p.add_argument(f"--{f.name.replace('_', '-')}", default=None, metavar=f.name.upper(),
+                       help=f"(default {f.default})")
+    p.add_argument("--utility", action="store_true", help="also the utility curve over the LP share p")
+    p.add_argument("--overlay", default=None, metavar="S", help="also train lp or fft with dpviz's DP-SGD")
+    p.add_argument("--json", action="store_true", help="print the curves as JSON")
+
+
+def cmd_theory(args) -> int:
+    from .theory import Setting, curves, overlay, readings, utility
+
+    kw = {}
+    for f in fields(Setting):
+        v = getattr(args, f.name)
+        if v is not None:
+            kw[f.name] = v if isinstance(f.default, str) else _number(v, f.name, type(f.default))
+    s = Setting(**kw)
+    c = curves(s)
+    u = utility(s) if args.utility else None
+    o = overlay(s, strategy=args.overlay) if args.overlay else None
+    if args.json:
+        print(_dump({"curves": c.as_dict(), "utility": u and u.as_dict(), "overlay": o}))
+        return 0
+    print(f"theory lab: noise s = {c.noise:.4g} for ε = {s.epsilon:g}, δ = {s.delta:g}, T = {s.time:g}")
+    lines = [*readings.readings(c).values(), *([readings.utility_reading(u)] if u else []),
+             *([readings.overlay_reading(o)] if o else [])]
+    print("\n".join("  " + t.replace("**", "") for t in lines))
+    return 0
+
+
 def cmd_accountants(args) -> int:
     from .config import ACCOUNTANTS
     from .privacy.accounting import sigma_by_batch_size
@@ -601,7 +637,7 @@ def main(argv=None) -> int:
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
                 "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies,
-                "reproduce": cmd_reproduce, "audit": cmd_audit}
+                "reproduce": cmd_reproduce, "audit": cmd_audit, "theory": cmd_theory}
         return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)

@@ -23,7 +23,8 @@ WIDGETS = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/accountants.py": ["batch sizes", "accountant", "run"],
          "pages/continual.py": ["Launch continual and pure DP-FFT at this budget"],
          "pages/audit.py": ["canaries M", "threat", "confidence", "Audit in the background", "strategies",
-                            "Run / resume"]}
+                            "Run / resume"],
+         "pages/theory.py": ["ε (whole run)", "LP share p", "width m", "Train with DP-SGD"]}
 """Widgets each page must show; every page of `dashboard.layout.PAGES` is opened whether listed or not."""
 
 
@@ -259,3 +260,13 @@ def test_audit_page_audits_and_sweeps_in_the_background_and_rejects_a_bad_sweep(
     table = at.dataframe[-1].value
     assert list(table["strategy"]) == ["lp"] and (table["epsilon_lb"] <= table["epsilon_spent"]).all()
     assert Store(app_env).list_runs() == []  # audits are not the user's runs
+
+
+def test_theory_page_redraws_on_the_epsilon_slider(app_env):
+    at = open_page("pages/theory.py")
+    noise = [c.value for c in at.caption if c.value.startswith("noise s =")]
+    at.select_slider(key="th_eps").set_value(4.0).run()
+    after = [c.value for c in at.caption if c.value.startswith("noise s =")]
+    assert not at.exception and not at.error and noise and after and noise != after
+    assert float(after[0].split()[3]) < float(noise[0].split()[3])  # more budget, less noise
+    assert len(at.get("plotly_chart")) == 5

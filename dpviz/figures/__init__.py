@@ -13,7 +13,7 @@ import importlib
 from .runs import band_curves, metric_curves, utility_curve
 from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
-_SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "tuning")
+_SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "theory", "tuning")
 
 
 def __getattr__(name: str):

@@ -1,0 +1,13 @@
+"""The theory lab: seed 000's two-layer setting under Langevin diffusion, simulated in about a second.
+
+`Setting` holds the knobs; `curves(setting)` gives LP, FFT and LP-FFT over time (loss, the first layer's
+alignment with z, a linear probe's accuracy on the hidden features, the head's alignment with the best
+head), `utility(setting)` the final loss against the LP share p per ε; `langevin` maps (ε, δ) to the
+diffusion's noise; `overlay` trains the same setting with dpviz's real DP-SGD step. numpy only: the
+page redraws without importing torch.
+"""
+
+from .lab import Curves, Utility, curves, utility  # noqa: F401
+from .overlay import overlay  # noqa: F401  (torch only when called)
+from .simulate import METRICS, STRATEGIES  # noqa: F401
+from .setting import Setting  # noqa: F401
