@@ -122,26 +122,37 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     clipped sum before the noise and scored on what the step releases.
     """
     B = len(y)
-    loss = acc = 0.0
-    clip_frac = norm_mean = None
+    stats = None
     for p in stepper.params:
         p.grad = None
     if B > 0:
         out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm, clipping)
-        loss, acc = loss_sum.item() / B, (out.argmax(1) == y).float().mean().item()
-        clip_frac = (norms > clip_norm).float().mean().item()
-        norm_mean = norms.mean().item()
+        stats = [loss_sum.detach(), (out.argmax(1) == y).float().mean(), (norms > clip_norm).float().mean(),
+                 norms.mean()]
     for p in stepper.params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     if canaries is not None:
         canaries.add(stepper.params, clip_norm=clip_norm, clipping=clipping)
-    for p in stepper.params:
-        p.grad = (p.grad + gaussian_noise(p, noise_multiplier * clip_norm, generator)) / expected_batch
+    noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in stepper.params]
+    grads = torch._foreach_add([p.grad for p in stepper.params], noise)  # one launch for all, not two per tensor
+    torch._foreach_div_(grads, expected_batch)
+    for p, gr in zip(stepper.params, grads):
+        p.grad = gr
     if canaries is not None:
         canaries.observe(stepper.params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
                          clip_norm=clip_norm, clipping=clipping)
-    return StepStats(loss=loss, train_accuracy=acc, batch_size=B, clip_fraction=clip_frac, grad_norm=norm_mean)
+    return _step_stats(stats, B)
+
+
+def _step_stats(stats: list[torch.Tensor] | None, B: int) -> StepStats:
+    """StepStats from the step's (loss sum, accuracy, clipped fraction, mean norm) tensors: one host sync,
+    read once the whole step is queued."""
+    if stats is None:
+        return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
+    loss_sum, acc, clip_frac, norm_mean = torch.stack([t.to(stats[0].dtype) for t in stats]).tolist()
+    return StepStats(loss=loss_sum / B, train_accuracy=acc, batch_size=B, clip_fraction=clip_frac,
+                     grad_norm=norm_mean)
 
 
 def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
