@@ -30,7 +30,8 @@ if c[2].button("Cancel" if running else "Run / resume", type="secondary" if runn
 layout.render_task(sc, "runs", "scorecard")
 
 st.subheader("2 · Claims")
-rows = reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root) if not state.running(sc) else []
+running = state.running(sc)
+rows = [] if running else reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root)
 if not rows:
     st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores).")
     st.stop()

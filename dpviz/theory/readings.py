@@ -6,9 +6,9 @@ import numpy as np
 
 from ..figures.style import eps_text
 
-RECONSTRUCTED = ("The ε → noise constant is **reconstructed** (NOTES.md §7): the Rényi bound α·β·C²·T/(4n²) of "
-                 "Langevin diffusion with clipped gradients under add/remove neighbours, by Girsanov; check it "
-                 "against Ganesh et al. 2023 before quoting an ε from this page. The shapes do not depend on it.")
+RECONSTRUCTED = ("The ε → noise constant is **reconstructed** (NOTES.md §7): the Rényi bound α·β·C²·T/(4n²) "
+                 "of Langevin diffusion with clipped gradients under add/remove neighbours, by Girsanov; check "
+                 "it against Ganesh et al. 2023 before quoting an ε from this page. The shapes do not depend on it.")
 
 
 def caption(s) -> str:
@@ -47,7 +47,8 @@ def readings(c) -> dict:
                          "first mitigates it (Theorem 3.4)." if drops["fft"] > drops["lp-fft"] else
                          "no extra early distortion from the random head here (more noise or an aligned head "
                          "hides it).")),
-        "probe_accuracy": f"A least-squares probe on the hidden features ends at {m['fft']['probe_accuracy'][-1]:.3f} "
+        "probe_accuracy": f"A least-squares probe on the hidden features ends at "
+                          f"{m['fft']['probe_accuracy'][-1]:.3f} "
                           f"(FFT), {m['lp-fft']['probe_accuracy'][-1]:.3f} (LP-FFT) and "
                           f"{m['lp']['probe_accuracy'][-1]:.3f} (LP, features untouched): what the features still "
                           "separate, whatever the head.",
