@@ -66,7 +66,9 @@ def measure(backbone: str, B: int, mode: str) -> dict:
 def cuda_main(args) -> None:
     import dp_step_cuda as gpu
 
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; TF32 in convolutions "
+          f"{torch.backends.cudnn.allow_tf32}, in matmuls {torch.backends.cuda.matmul.allow_tf32} (PyTorch's "
+          "defaults, the same for every method)", flush=True)
     results = {}
     for name in args.models:
         results[name] = gpu.measure_model(name, methods=args.methods)

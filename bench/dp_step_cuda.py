@@ -1,9 +1,9 @@
 """The DP step on a GPU: dpviz against a plain step and Opacus (hooks, ghost clipping), for
 `bench_dp_step.py --device cuda`.
 
-Each model's methods run on the same batch; peak memory is measured one method at a time (only
-its model, gradients and optimizer state on the device), time with all four built and timed in
-alternation, synchronising the device before each clock read. Weights are random (saved to a
+Each model's methods run on the same batch; peak memory is measured one method at a time (its own
+model copy, gradients, optimizer state and activations: the peak above what was allocated before),
+time with all four built and timed in alternation, synchronising the device before each clock read. Weights are random (saved to a
 temporary file for the torchvision/timm builders): the step's cost does not depend on them.
 """
 
@@ -113,7 +113,11 @@ def make_step(method: str, base: torch.nn.Module, x, y):
 
 
 def peak_memory(method: str, base, x, y, steps: int = 3) -> int:
-    """Peak bytes allocated over a few steps with only this method's model on the device."""
+    """Peak bytes allocated over a few steps of this method's own model copy (its parameters, gradients,
+    optimizer state and activations), above what was there before (the shared template and the batch)."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
     step = make_step(method, base, x, y)
     step()  # gradients and optimizer state exist from here on, as in training
     torch.cuda.synchronize()
@@ -121,14 +125,14 @@ def peak_memory(method: str, base, x, y, steps: int = 3) -> int:
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
+    peak = torch.cuda.max_memory_allocated() - before
     del step
     gc.collect()
     torch.cuda.empty_cache()
     return peak
 
 
-def measure_model(name: str, methods=METHODS, rounds: int = 7, reps: int = 3) -> dict:
+def measure_model(name: str, methods=METHODS, rounds: int = 15, reps: int = 3, warmup: int = 5) -> dict:
     """{method: (seconds per step, peak bytes)} for model ``name`` on the GPU."""
     B = MODELS[name][3]
     base = build_model(name, "cpu")
@@ -138,8 +142,13 @@ def measure_model(name: str, methods=METHODS, rounds: int = 7, reps: int = 3) ->
     base = base.cuda()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Opacus' secure-RNG and full-backward-hook notices
+        for m in methods:  # library workspaces (cuBLAS, cuDNN) exist before any method is measured
+            make_step(m, base, x, y)()
         mem = {m: peak_memory(m, base, x, y) for m in methods}
         steps = {m: make_step(m, base, x, y) for m in methods}
+        for _ in range(warmup):
+            for f in steps.values():
+                f()
         t = interleaved(steps, rounds=rounds, reps=reps, sync=torch.cuda.synchronize)
     return {m: (t[m], mem[m]) for m in methods}
 

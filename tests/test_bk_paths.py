@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpviz.privacy import bk
-from dpviz.privacy.dpsgd import Stepper, private_step
+from dpviz.privacy.dpsgd import Stepper, gaussian_noise, private_step
 from test_dpsgd import loop_clipped_sum
 
 
@@ -111,3 +111,21 @@ def test_cuda_step_matches_loop():
     assert torch.allclose(norms.cpu(), ref_norms, rtol=1e-6)
     for p, r in zip(st.params, ref):
         assert torch.allclose(p.grad.cpu(), r, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CI has none)")
+def test_cuda_noise_is_the_same_draws_scaled():
+    p = torch.zeros(1000, 7, device="cuda")
+    a = gaussian_noise(p, 0.6, torch.Generator(device="cuda").manual_seed(4))
+    b = torch.randn(p.shape, generator=torch.Generator(device="cuda").manual_seed(4), device="cuda") * 0.6
+    assert torch.equal(a, b)
+
+
+def test_norm_layer_gradient_that_never_arrives_is_an_error_not_a_zero():
+    """A norm layer reduced in the backward needs its output gradient: an input that requires grad (no
+    trainable layer upstream asks for it) must fail loudly rather than count the layer as zero."""
+    model = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 3)).double()
+    st = Stepper(model, "bk")
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="never arrived"):
+        st.clipped_sum(x, torch.tensor([0, 1, 2]), 1.0)

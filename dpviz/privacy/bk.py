@@ -18,6 +18,8 @@ only has those among its trainable layers.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -93,8 +95,9 @@ def _matrix_norm2(a: torch.Tensor, g: torch.Tensor):
     T, din, dout = a.shape[1], a.shape[2], g.shape[2]
     if 2 * T * T < din * dout:  # memory traffic decides on CPU: B·2T² vs B·din·dout floats
         B = a.shape[0]  # ⟨a aᵀ, g gᵀ⟩ per sample
-        return torch.bmm((a @ a.transpose(1, 2)).view(B, 1, -1), (g @ g.transpose(1, 2)).view(B, -1, 1)).view(-1), None
-    ps = g.transpose(1, 2) @ a  # (B, dout, din)
+        aa, gg = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+        return torch.bmm(aa.view(B, 1, -1), gg.view(B, -1, 1)).view(-1), None
+    ps = torch.bmm(g.transpose(1, 2), a)  # (B, dout, din)
     return _sq_rows(ps.flatten(1)), ps
 
 
@@ -145,26 +148,43 @@ def _per_sample_affine(layer, a, g, y=None):
     return gw.flatten(1), gb.flatten(1)
 
 
+def _unchanged(keep):
+    """The kept output y, unless an in-place op changed it since (then None: x̂ is recomputed)."""
+    return keep[0] if keep is not None and keep[0]._version == keep[1] else None
+
+
 class BookKeeper:
     """Captures layer inputs and output gradient edges of ``model`` while active.
 
     The hooks keep each layer's input and the autograd edge of its output (`get_gradient_edge`), not the
     output itself: outputs that autograd does not save stay freeable, and an in-place op after a layer
-    (ReLU(inplace=True)) cannot change which gradient is asked for. Norm layers also keep their output
-    on a CPU, where reading x̂ back from it beats a second normalisation (`_per_sample_affine`).
+    (ReLU(inplace=True)) cannot change which gradient is asked for. A norm layer downstream of another
+    trainable layer is reduced to its per-sample (B, 2C) gradients by a tensor hook as the backward passes
+    it, so neither its input nor its output gradient outlives the backward (peak memory). Norm layers also
+    keep their output on a CPU, where reading x̂ back from it beats a second normalisation.
     """
 
     def __init__(self, model: nn.Module):
         self.layers = _trainable_layers(model)
         self.cache: dict[nn.Module, tuple] = {}
+        self.early: dict[nn.Module, list | None] = {}  # norm layers reduced in the backward (None: not yet)
         self.handles = [m.register_forward_hook(self._hook) for m in self.layers]
 
     def _hook(self, module, inputs, output):
-        if torch.is_grad_enabled() and module.training and output.requires_grad:
-            keep = None
-            if isinstance(module, (nn.GroupNorm, nn.LayerNorm)) and not output.is_cuda:
-                keep = (output, output._version)  # an in-place op after the layer would change y: then recompute
-            self.cache[module] = (inputs[0].detach(), get_gradient_edge(output), output.shape, keep)
+        if not (torch.is_grad_enabled() and module.training and output.requires_grad):
+            return
+        a, keep = inputs[0].detach(), None
+        if isinstance(module, (nn.GroupNorm, nn.LayerNorm)):
+            if not output.is_cuda:  # y shares the version counter: an in-place op after the layer shows
+                keep = (output.detach(), output._version)
+            if inputs[0].requires_grad:  # another trainable layer upstream: the backward passes through here
+                self.early[module] = None
+                output.register_hook(partial(self._early_norm, module, a, keep))
+                return
+        self.cache[module] = (a, get_gradient_edge(output), output.shape, keep)
+
+    def _early_norm(self, module, a, keep, g) -> None:
+        self.early[module] = self._norm2(module, a, g, _unchanged(keep))[2]
 
     def close(self) -> None:
         for h in self.handles:
@@ -181,28 +201,38 @@ class BookKeeper:
         layers = [m for m in self.layers if m in self.cache]
         cache, self.cache = self.cache, {}
         grads = list(torch.autograd.grad(loss_sum, [cache[m][1] for m in layers], allow_unused=True))
-        n2s, prepared = [], []
+        early, self.early = self.early, {}
+        if None in early.values():
+            raise RuntimeError("book-keeping: a norm layer's output gradient never arrived (an input that "
+                               "requires grad, or a norm output that does not reach the loss)")
+        n2s, prepared, blocks = [], [], [(p, v) for vecs in early.values() for p, v in vecs if p.requires_grad]
         for i, m in enumerate(layers):
             a, _, shape, keep = cache.pop(m)
-            y = keep[0] if keep is not None and keep[0]._version == keep[1] else None
             g = grads[i] if grads[i] is not None else a.new_zeros(shape)
             grads[i] = None  # each layer's g lives on only in what `_accumulate` needs
-            n2, state = self._norm2(m, a, g, y)
-            n2s += [n2] if torch.is_tensor(n2) else []
-            prepared.append((m, state))
-        norms = torch.stack(n2s).sum(0).sqrt()  # one sum over layers, not one add each
+            n2, state, vecs = self._norm2(m, a, g, _unchanged(keep))
+            n2s += [n2] if n2 is not None else []
+            prepared += [(m, state)] if state is not None else []
+            blocks += [(p, v) for p, v in vecs if p.requires_grad]
+        vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
+        norms = torch.stack(n2s + ([_sq_rows(vec)] if blocks else [])).sum(0).sqrt()
         factor = clip_factors(norms, clip_norm, clipping)
         for m, state in prepared:
             self._accumulate(m, state, factor)
+        if blocks:  # Σ_i c_i v_i for all of them in one product
+            for (p, _), s in zip(blocks, (factor @ vec).split([v.shape[1] for _, v in blocks])):
+                p.grad = s.view(p.shape)
         return norms, factor
 
     def _norm2(self, m, a, g, y=None):
-        """Per-sample squared norm over the layer's trainable params, and what `_accumulate` needs."""
+        """Per-sample squared norm of the layer's weight matrix (or None), what `_accumulate` needs for it,
+        and the per-sample gradients (B, n) of its small parameters (biases, norm affines, ClsPos) as
+        (parameter, tensor) pairs: those are normed and summed for all layers at once."""
         if isinstance(m, nn.Linear):
             a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
-            n2, ps = _matrix_norm2(a3, g3) if m.weight.requires_grad else (0, None)
-            gb = g3.sum(1) if m.bias is not None and m.bias.requires_grad else None  # (B, out)
-            return (n2 + _sq_rows(gb) if gb is not None else n2), (a3, g3, ps, gb)
+            n2, ps = _matrix_norm2(a3, g3) if m.weight.requires_grad else (None, None)
+            vecs = [(m.bias, g3.sum(1))] if m.bias is not None and m.bias.requires_grad else []
+            return n2, (a3, g3, ps) if n2 is not None else None, vecs
         if isinstance(m, RowDelta):
             if m.conv:  # output grads of the selected rows only: (B, k, H', W') / (…, k)
                 gr = g.index_select(1, m.rows)
@@ -213,62 +243,47 @@ class BookKeeper:
             else:
                 a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), gr.reshape(gr.shape[0], -1, gr.shape[-1])
                 n2, ps = _matrix_norm2(a3, g3)
-            b, gb = m.base.bias, None
+            b, vecs = m.base.bias, []
             if b is not None and b.requires_grad:
-                gb = g.flatten(2).sum(2) if m.conv else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)  # (B, out)
-                n2 = n2 + _sq_rows(gb)
-            return n2, (a, gr, ps, gb)
+                vecs = [(b, g.flatten(2).sum(2) if m.conv else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1))]
+            return n2, (a, gr, ps), vecs
         if isinstance(m, nn.Conv2d):
-            n2, ps = _conv_norm2(m, a, g) if m.weight.requires_grad else (0, None)
-            gb = g.flatten(2).sum(2) if m.bias is not None and m.bias.requires_grad else None  # (B, out)
-            return (n2 + _sq_rows(gb) if gb is not None else n2), (a, g, ps, gb)
+            n2, ps = _conv_norm2(m, a, g) if m.weight.requires_grad else (None, None)
+            vecs = [(m.bias, g.flatten(2).sum(2))] if m.bias is not None and m.bias.requires_grad else []
+            return n2, (a, g, ps) if n2 is not None else None, vecs
         if isinstance(m, ClsPos):
-            gc, gp = g[:, :1], g
-            return gc.pow(2).sum((1, 2)) * m.cls.requires_grad + gp.pow(2).sum((1, 2)) * m.pos.requires_grad, g
+            return None, None, [(m.cls, g[:, 0]), (m.pos, g.flatten(1))]
         gw, gb = _per_sample_affine(m, a, g, y)  # GroupNorm / LayerNorm
-        parts = [t for t, p in ((gw, m.weight), (gb, m.bias)) if p.requires_grad]
-        return _sq_rows(torch.cat(parts, 1) if len(parts) > 1 else parts[0]), (gw, gb)
+        return None, None, [(m.weight, gw), (m.bias, gb)]
 
     @staticmethod
     def _accumulate(m, state, c: torch.Tensor) -> None:
+        """Σ_i c_i ∂ℓ_i/∂W for the layer's weight matrix (biases and the like: in `clipped_step`)."""
         if isinstance(m, nn.Linear):
-            a3, g3, ps, gb = state
-            cc = c[:, None, None]
+            a3, g3, ps = state
             if ps is not None:  # per-sample grads at hand: Σ_i c_i G_i
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps)
-            elif m.weight.requires_grad:  # one (out, B·T)·(B·T, in) GEMM; scale the narrower side
+            else:  # one (out, B·T)·(B·T, in) GEMM; scale the narrower side
+                cc = c.view(-1, 1, 1)
                 gs, as_ = (g3 * cc, a3) if g3.shape[-1] <= a3.shape[-1] else (g3, a3 * cc)
                 m.weight.grad = gs.reshape(-1, gs.shape[-1]).T @ as_.reshape(-1, as_.shape[-1])
-            if gb is not None:  # per-sample bias grads (B, out), kept from the norm pass
-                m.bias.grad = c @ gb
         elif isinstance(m, RowDelta):
-            a, gr, ps, gb = state
+            a, gr, ps = state
             if ps is not None:
                 m.delta.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.delta.shape)
             elif m.conv:
-                m.delta.grad = torch.nn.grad.conv2d_weight(a, m.delta.shape, gr * c[:, None, None, None],
+                m.delta.grad = torch.nn.grad.conv2d_weight(a, m.delta.shape, gr * c.view(-1, 1, 1, 1),
                                                            m.base.stride, m.base.padding, m.base.dilation)
             else:
-                g3 = gr.reshape(gr.shape[0], -1, gr.shape[-1]) * c[:, None, None]
+                g3 = gr.reshape(gr.shape[0], -1, gr.shape[-1]) * c.view(-1, 1, 1)
                 m.delta.grad = g3.reshape(-1, g3.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-            if gb is not None:  # per-sample bias grads (B, out), kept from the norm pass
-                m.base.bias.grad = c @ gb
-        elif isinstance(m, nn.Conv2d):
-            a, g, ps, gb = state
+        else:  # Conv2d
+            a, g, ps = state
             if ps is not None:
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.weight.shape)
-            elif m.weight.requires_grad:
-                m.weight.grad = torch.nn.grad.conv2d_weight(a, m.weight.shape, g * c[:, None, None, None],
+            else:
+                m.weight.grad = torch.nn.grad.conv2d_weight(a, m.weight.shape, g * c.view(-1, 1, 1, 1),
                                                             m.stride, m.padding, m.dilation)
-            if gb is not None:
-                m.bias.grad = c @ gb
-        elif isinstance(m, ClsPos):
-            gc = state * c[:, None, None]
-            m.cls.grad, m.pos.grad = gc[:, :1].sum(0, keepdim=True), gc.sum(0, keepdim=True)
-        else:
-            gw, gb = state
-            m.weight.grad = (c @ gw).reshape(m.weight.shape)
-            m.bias.grad = (c @ gb).reshape(m.bias.shape)
 
 
 AUTO_S_GAMMA = 0.01
