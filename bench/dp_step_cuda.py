@@ -1,10 +1,11 @@
-"""The DP step on a GPU: dpviz against a plain step and Opacus (hooks, ghost clipping), for
-`bench_dp_step.py --device cuda`.
+"""The DP step on a GPU: dpviz against a plain step and Opacus (hooks, ghost clipping),
+for `bench_dp_step.py --device cuda`.
 
 Each model's methods run on the same batch; peak memory is measured one method at a time (its own
 model copy, gradients, optimizer state and activations: the peak above what was allocated before),
-time with all four built and timed in alternation, synchronising the device before each clock read. Weights are random (saved to a
-temporary file for the torchvision/timm builders): the step's cost does not depend on them.
+time with all four built and timed in alternation, synchronising the device before each clock read.
+Weights are random (saved to a temporary file for the torchvision/timm builders): the step's cost
+does not depend on them.
 """
 
 from __future__ import annotations

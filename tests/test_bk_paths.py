@@ -99,7 +99,8 @@ def test_private_step_reports_and_noises_as_before():
     assert stats.clip_fraction == (norms > 0.3).float().mean().item() and stats.grad_norm == norms.mean().item()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CI has none; the routes run on CPU above)")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device (CI has none; the routes run on CPU above)")
 def test_cuda_step_matches_loop():
     torch.manual_seed(3)
     x, y = torch.randn(5, 8, 6, 6, dtype=torch.float64), torch.randint(0, 3, (5,))

@@ -2,14 +2,19 @@
 model at small cost", 2023): per-sample gradient norms and the clipped
 gradient sum from one forward and one backward pass.
 
-Forward hooks keep each trainable layer's input a and output y. One
-``autograd.grad(loss, outputs)`` returns the per-sample output gradients g
-without computing any weight gradient. From (a, g) each layer gives its
-per-sample squared norm, either directly from the per-sample gradient
-(B·d_in·d_out floats) or by the ghost-norm identity
-‖g_iᵀa_i‖² = ⟨a_i a_iᵀ, g_i g_iᵀ⟩ (B·2T² floats), whichever materialises
-less (measured: memory traffic, not flops, decides on a CPU); then the clipped sum Σ_i c_i g_iᵀ a_i is one ordinary weight-gradient
-product with g scaled by the clip factors c.
+Forward hooks keep each trainable layer's input a and the autograd edge of its
+output. One ``autograd.grad(loss, edges)`` returns the per-sample output
+gradients g without computing any weight gradient (nor the first layer's input
+gradient). From (a, g) each layer gives its per-sample squared norm, either
+directly from the per-sample gradient (B·d_in·d_out floats) or by the
+ghost-norm identity ‖g_iᵀa_i‖² = ⟨a_i a_iᵀ, g_i g_iᵀ⟩ (B·2T² floats), whichever
+materialises less (memory traffic decides on a CPU; on a GPU the per-sample
+route would also save the clipped-sum product, but holds its B·d_in·d_out
+floats until the clip factors are known); then the clipped sum Σ_i c_i g_iᵀ a_i
+is one ordinary weight-gradient product with g scaled by the clip factors c.
+Small parameters (biases, norm affines) have explicit per-sample gradients,
+normed and summed for all layers at once. On a GPU the step issues no host
+sync (README, "DP step ÷ non-private step": where the time goes there).
 
 Supported layers: Linear (any leading dims), Conv2d (groups = 1), GroupNorm,
 LayerNorm and the ViT's `ClsPos`; `supports(model)` tells whether a model
