@@ -66,9 +66,8 @@ else:
     m[4].metric("AUC · TPR at FPR 1 %", f"{report['auc']:.3f} · {report['tpr_at_fpr_1pct']:.3f}")
     data = pd.DataFrame({"score": report["scores_in"] + report["scores_out"],
                          "included": [True] * len(report["scores_in"]) + [False] * len(report["scores_out"])})
-    for name, build in (("bounds", figures.audit.bounds_figure), ("scores", figures.audit.scores_figure),
-                        ("roc", figures.audit.roc_figure)):
-        fig = build(report)
+    for name, fig in (("bounds", figures.audit.bounds_figure(report)), ("scores", figures.audit.scores_figure(report)),
+                      ("roc", figures.audit.roc_figure(report, *audit.roc(report)))):
         st.plotly_chart(fig, key=f"au_fig_{name}")
         runs.render_export(fig, data, [report["config"]], f"dpviz_audit_{name}_{report['audit_key']}",
                            f"au_exp_{name}")

@@ -107,6 +107,7 @@ def test_a_sweep_resumes_from_the_store_draws_the_diagonal_and_fills_the_run_tab
     import threading
 
     from dpviz import figures, results, runner
+    from dpviz import audit as dpviz_audit
     from dpviz.audit import sweep
 
     store, base, spec = Store(cache_dir), RunConfig(strategy="lp", epochs=3), AuditSpec(canaries=100)
@@ -124,7 +125,7 @@ def test_a_sweep_resumes_from_the_store_draws_the_diagonal_and_fills_the_run_tab
     assert "ε_lb = ε (the accountant's bound)" in names and any(n.startswith("ceiling") for n in names)
     assert fig.layout.xaxis.type == "log" and "∞" in fig.layout.xaxis.ticktext
     report = store.audits()[-1]  # the ε = 1 audit (oldest first from the end)
-    roc = figures.audit.roc_figure(report)
+    roc = figures.audit.roc_figure(report, *dpviz_audit.roc(report))
     assert roc.layout.xaxis.type == roc.layout.yaxis.type == "log" and min(roc.data[0].x) > 0
     run = runner.run(base.replace(epsilon=1.0), store=store)
     table = results.final_table(store, [run["run_id"]])

@@ -112,6 +112,14 @@ def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, sto
     return None if resolved.auto else store.get_audit(spec.key(resolved))
 
 
+def roc(report: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR, TPR) of a stored report's canary scores, "in if score ≥ t" over every threshold."""
+    from . import bounds
+
+    scores = np.array(report["scores_in"] + report["scores_out"])
+    return bounds.roc(scores, np.arange(len(scores)) < len(report["scores_in"]))
+
+
 def best_per_config(store: Store) -> dict[str, dict]:
     """Per run configuration hash, its stored audit with the highest ε_lb (the strongest evidence)."""
     best: dict[str, dict] = {}

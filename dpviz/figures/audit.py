@@ -8,7 +8,6 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..audit import bounds
 from .style import GREY, SERIES, color, eps_text, layout as _layout
 
 INF_AT = 16.0
@@ -53,13 +52,12 @@ def scores_figure(r: dict) -> go.Figure:
     return _layout(fig, f"Canary scores, in vs out — {_title(r)}", SCORE_LABELS[r["threat"]], "canaries")
 
 
-def roc_figure(r: dict) -> go.Figure:
-    """The ROC of "in if score ≥ t" on log axes (where low false-positive rates are readable), with chance."""
-    scores = np.array(r["scores_in"] + r["scores_out"])
-    included = np.arange(len(scores)) < len(r["scores_in"])
-    fpr, tpr = bounds.roc(scores, included)
+def roc_figure(r: dict, fpr, tpr) -> go.Figure:
+    """The ROC (``fpr``, ``tpr``: `dpviz.audit.roc(r)`) on log axes, where low false-positive rates are
+    readable, with chance."""
+    fpr, tpr = np.asarray(fpr), np.asarray(tpr)
     keep = (fpr > 0) & (tpr > 0)  # log axes: the origin has no place
-    lo = 1 / max(1, (~included).sum())
+    lo = 1 / max(1, len(r["scores_out"]))
     fig = go.Figure([
         go.Scatter(x=fpr[keep], y=tpr[keep], mode="lines", name=f"audit (AUC {r['auc']:.3f})",
                    line=dict(color=SERIES[1])),
