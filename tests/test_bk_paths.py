@@ -13,7 +13,14 @@ from torch import nn
 
 from dpviz.privacy import bk
 from dpviz.privacy.dpsgd import Stepper, gaussian_noise, private_step
-from test_dpsgd import loop_clipped_sum
+from test_dpsgd import loop_clipped_sum, model_for
+
+
+@pytest.fixture(params=[False, True], ids=["norms-after", "norms-in-backward"])
+def early(request, monkeypatch):
+    """Both ways norm layers are reduced: after the backward (a CPU's default) and in it (a GPU's)."""
+    monkeypatch.setattr(bk.BookKeeper, "early_on_cpu", request.param)
+    return request.param
 
 
 def _check_against_loop(model, x, y):
@@ -54,7 +61,7 @@ def test_conv_routes_match_loop(c_in, width, inplace):
 
 @pytest.mark.parametrize("tiny", [False, True])  # |w| > 1e-3: x̂ read back from y on CPU; else recomputed
 @pytest.mark.parametrize("inplace", [False, True])  # an in-place op on the norm's output: recomputed too
-def test_norm_layers_match_loop(tiny, inplace):
+def test_norm_layers_match_loop(tiny, inplace, early):
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.ReLU(inplace=inplace), nn.Linear(8, 8),
                           nn.Unflatten(1, (2, 4)), nn.GroupNorm(1, 2), nn.ReLU(inplace=inplace), nn.Flatten(),
@@ -122,11 +129,21 @@ def test_cuda_noise_is_the_same_draws_scaled():
     assert torch.equal(a, b)
 
 
-def test_norm_layer_gradient_that_never_arrives_is_an_error_not_a_zero():
+def test_norm_layer_gradient_that_never_arrives_is_an_error_not_a_zero(monkeypatch):
     """A norm layer reduced in the backward needs its output gradient: an input that requires grad (no
     trainable layer upstream asks for it) must fail loudly rather than count the layer as zero."""
+    monkeypatch.setattr(bk.BookKeeper, "early_on_cpu", True)
     model = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 3)).double()
     st = Stepper(model, "bk")
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     with pytest.raises(RuntimeError, match="never arrived"):
         st.clipped_sum(x, torch.tensor([0, 1, 2]), 1.0)
+
+
+@pytest.mark.parametrize("name", ["cnn", "vit"])
+def test_builtin_backbones_match_loop_with_norms_in_backward(name, monkeypatch):
+    """The GPU's way for the built-in backbones (GroupNorm after convs, LayerNorm in every block), on CPU."""
+    monkeypatch.setattr(bk.BookKeeper, "early_on_cpu", True)
+    m = model_for(name)
+    x, y = torch.randn(5, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (5,))
+    _check_against_loop(m, x, y)

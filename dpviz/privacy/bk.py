@@ -165,9 +165,13 @@ class BookKeeper:
     output itself: outputs that autograd does not save stay freeable, and an in-place op after a layer
     (ReLU(inplace=True)) cannot change which gradient is asked for. A norm layer downstream of another
     trainable layer is reduced to its per-sample (B, 2C) gradients by a tensor hook as the backward passes
-    it, so neither its input nor its output gradient outlives the backward (peak memory). Norm layers also
-    keep their output on a CPU, where reading x̂ back from it beats a second normalisation.
+    it, so neither its input nor its output gradient outlives the backward (peak memory; on a GPU, see
+    `early_on_cpu`). Norm layers also keep their output on a CPU, where reading x̂ back from it beats a
+    second normalisation.
     """
+
+    early_on_cpu = False  # on a CPU the early reduction made glibc return and re-fault memory every step
+    # (measured on the built-in ViT: ≈ 5,600 page faults per step, none without it), and memory matters less
 
     def __init__(self, model: nn.Module):
         self.layers = _trainable_layers(model)
@@ -182,7 +186,8 @@ class BookKeeper:
         if isinstance(module, (nn.GroupNorm, nn.LayerNorm)):
             if not output.is_cuda:  # y shares the version counter: an in-place op after the layer shows
                 keep = (output.detach(), output._version)
-            if inputs[0].requires_grad:  # another trainable layer upstream: the backward passes through here
+            if inputs[0].requires_grad and (output.is_cuda or self.early_on_cpu):  # a trainable layer upstream:
+                # the backward passes through here
                 self.early[module] = None
                 output.register_hook(partial(self._early_norm, module, a, keep))
                 return
