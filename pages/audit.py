@@ -1,7 +1,5 @@
 """Privacy audit: canaries in one training run, an empirical lower bound on ε beside the accountant's ε."""
 
-import math
-
 import pandas as pd
 import streamlit as st
 
@@ -76,7 +74,7 @@ else:
 st.subheader("3 · Audit sweep: ε_lb against ε")
 c = st.columns([3, 3, 2, 1])
 strats = c[0].multiselect("strategies", strategies.names(), default=["lp", "fft", "lp-fft"], key="au_sw_strategies")
-eps = c[1].multiselect("ε", [0.5, 1.0, 2.0, 4.0, 8.0, math.inf], default=list(sweep.EPSILONS), key="au_sw_eps",
+eps = c[1].multiselect("ε", list(sweep.EPSILONS), default=list(sweep.EPSILONS), key="au_sw_eps",
                        format_func=figures.eps_text)
 threats = c[2].multiselect("threats", audit.THREATS, default=list(audit.THREATS), key="au_sw_threats")
 many = state.task("audit-sweep")

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import langevin
 from .setting import Setting
-from .simulate import METRICS, STRATEGIES, _run, lp_closed_form, noise
+from .simulate import METRICS, STRATEGIES, integrate, lp_closed_form, noise
 
 UTILITY_EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 UTILITY_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -49,7 +49,7 @@ def curves(s: Setting) -> Curves:
     scale = noise(s)
     K, S = s.steps, s.seeds
     switch = np.repeat([K, 0, round(s.lp_share * K)], S)
-    times, out = _run(s, switch, np.full(3 * S, scale), 3, np.random.default_rng(s.seed))
+    times, out = integrate(s, switch, np.full(3 * S, scale), 3, np.random.default_rng(s.seed))
     mean, std = {}, {}
     for i, name in enumerate(STRATEGIES):
         mean[name] = {m: out[m][:, i * S:(i + 1) * S].mean(1).tolist() for m in METRICS}
@@ -90,7 +90,7 @@ def utility(s: Setting, *, epsilons=UTILITY_EPSILONS, shares=UTILITY_SHARES) -> 
     scales = [noise(s.replace(epsilon=float(e))) for e in epsilons]
     switch = np.tile(np.repeat([round(p * K) for p in shares], S), E)  # (E·P·S,), ε outermost
     scale = np.repeat(scales, P * S)
-    _, out = _run(s, switch, scale, E * P, np.random.default_rng(s.seed), record=False)
+    _, out = integrate(s, switch, scale, E * P, np.random.default_rng(s.seed), record=False)
     final = {m: out[m][-1].reshape(E, P, S).mean(2) for m in ("loss", "test_accuracy")}  # (E, P)
     keys = [str(float(e)) for e in epsilons]
     return Utility(list(shares), [float(e) for e in epsilons],

@@ -1,6 +1,6 @@
 """The same setting trained by dpviz's real DP-SGD, overlaid on its diffusion (seed 000, Theorem 2.2).
 
-Each seed's data and initial network come from the lab (`simulate._init`), so both sides start from the
+Each seed's data and initial network come from the lab (`simulate.initial`), so both sides start from the
 same point. The engine side is dpviz's own mechanism: Poisson sampling at rate q, per-sample clipping by
 book-keeping (`dpsgd.Stepper`), Gaussian noise σ·C (`dpsgd.private_step`), σ calibrated by dpviz's
 accountant (PRV) for (ε, δ) over all its steps. Its two-logit output (−f/2, f/2) makes the
@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .setting import Setting
-from .simulate import _run, _init
+from .simulate import initial, integrate
 
 OVERLAY_SEEDS = 4
 
@@ -92,13 +92,13 @@ def overlay(s: Setting, *, strategy: str = "fft", lr: float | None = None, batch
     sigma = accounting.calibrate_sigma(target_epsilon=s.epsilon, delta=s.delta, phases=[phase])
     spent = accounting.epsilon(phases=[accounting.Phase(**{**phase.to_dict(), "noise_multiplier": sigma})],
                                delta=s.delta) if sigma > 0 else math.inf
-    x, y, _, _, w, v = _init(s, seeds, 1, np.random.default_rng(s.seed))
+    x, y, _, _, w, v = initial(s, seeds, 1, np.random.default_rng(s.seed))
     runs = [_engine(s, x[i], y[i], w[i], v[i], strategy=strategy, lr=lr, batch=batch, sigma=sigma, seed=s.seed + i)
             for i in range(seeds)]
     engine = np.mean(runs, axis=0)
     scale = sigma * s.clip_norm * math.sqrt(lr) / batch
     switch = np.full(seeds, steps if strategy == "lp" else 0)
-    times, out = _run(s, switch, np.full(seeds, scale), 1, np.random.default_rng(s.seed))
+    times, out = integrate(s, switch, np.full(seeds, scale), 1, np.random.default_rng(s.seed))
     at = np.round(times / lr).astype(int)  # the engine's steps at the diffusion's recorded times
     diffusion = out["loss"].mean(1)
     gap = np.abs(engine[at] - diffusion)

@@ -1,6 +1,6 @@
 """Euler–Maruyama simulation of the Langevin diffusion, vectorised over seeds, strategies and shares.
 
-One kernel (`_run`) integrates a batch of independent runs at once: run b trains the head v alone (LP)
+One kernel (`integrate`) integrates a batch of independent runs at once: run b trains the head v alone (LP)
 for its first ``switch[b]`` steps, then v and the first layer W together (FFT), with noise scale
 ``noise[b]``. LP is switch = all steps, FFT switch = 0, LP-FFT switch = p·T/h. Each step is
 
@@ -69,7 +69,7 @@ def _metrics(s: Setting, w, v, x, y, xt, yt, loss, orient) -> dict:
             "head_alignment": cos}
 
 
-def _init(s: Setting, count: int, reps: int, rng: np.random.Generator):
+def initial(s: Setting, count: int, reps: int, rng: np.random.Generator):
     """``count`` seeds of data, test data and initial (W, v), each repeated ``reps`` times (paired runs)."""
     x, y = data(s, s.n, count, rng)
     xt, yt = data(s, N_TEST, count, rng)
@@ -80,13 +80,13 @@ def _init(s: Setting, count: int, reps: int, rng: np.random.Generator):
     return [np.tile(a, (reps,) + (1,) * (a.ndim - 1)).astype(np.float32) for a in (x, y, xt, yt, w, v)]
 
 
-def _run(s: Setting, switch: np.ndarray, scale: np.ndarray, reps: int, rng: np.random.Generator,
+def integrate(s: Setting, switch: np.ndarray, scale: np.ndarray, reps: int, rng: np.random.Generator,
          record: bool = True):
     """Integrate ``len(switch)`` = reps·seeds runs; return record times and each metric (records, B).
 
     Without ``record`` only the start and the end are measured (the utility curve needs the end alone).
     """
-    x, y, xt, yt, w, v = _init(s, s.seeds, reps, rng)
+    x, y, xt, yt, w, v = initial(s, s.seeds, reps, rng)
     xsq, orient = (x * x).sum(2), np.sign(w[..., 0])
     K, h = s.steps, s.time / s.steps
     every = max(1, K // RECORDS) if record else K
@@ -118,11 +118,10 @@ def lp_closed_form(s: Setting, times: np.ndarray, scale: float, rng: np.random.G
 
     (seed 000, §4: the linear-in-v phase has an exact loss; exact when no example is clipped).
     """
-    x, y, _, _, w, v0 = _init(s, s.seeds, 1, rng)
+    x, y, _, _, w, v0 = initial(s, s.seeds, 1, rng)
     h, _ = act(s, x @ w.transpose(0, 2, 1))
     a = h.transpose(0, 2, 1) @ h / s.n
-    vstar = np.linalg.lstsq(h[0], y[0], rcond=None)[0][None] if s.seeds == 1 else \
-        np.stack([np.linalg.lstsq(h[i], y[i], rcond=None)[0] for i in range(s.seeds)])
+    vstar = np.stack([np.linalg.lstsq(h[i], y[i], rcond=None)[0] for i in range(s.seeds)])  # (S, m)
     lstar = 0.5 * (((h @ vstar[..., None])[..., 0] - y) ** 2).mean(1)  # (S,)
     lam, q = np.linalg.eigh(a)  # (S, m), (S, m, m)
     lam = np.clip(lam, 0, None)
