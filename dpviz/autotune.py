@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .config import AUTO_FIELDS, RunConfig, switched_off
+from .config import AUTO_FIELDS, LR_DEFAULTS, RunConfig, switched_off
 
 GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
@@ -34,7 +34,7 @@ steps than the backbone."""
 PROXY_FOR = {"digits": "glyphs"}
 """The public stand-in of each private dataset a search can use."""
 TRIALS_PER_FIELD = 6
-DEFAULTS = {"lr_lp": 0.5, "lr_ft": 0.01}
+DEFAULTS = LR_DEFAULTS
 """The fixed rates (set for ε ≈ 1 on the default task) that "auto" falls back to without a proxy."""
 # fields that do not change which learning rate suits a run (or are the axes / the answer itself)
 _NOT_KEY = ("epsilon", "seed", "device", "eval_every", "checkpoint_every", "eval_subset", "grad_sample_mode",

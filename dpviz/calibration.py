@@ -9,7 +9,7 @@ torch.
 from __future__ import annotations
 
 from . import strategies
-from .config import RunConfig
+from .config import RunConfig, total_steps
 from .errors import ConfigError
 from .privacy import accounting
 from .privacy.accounting import Phase
@@ -17,12 +17,12 @@ from .tasks import DATASETS, Shape, static_shape
 
 
 def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
-    """Phases and Poisson sampling rate q = B/n; T = epochs · round(n/B) steps."""
+    """Phases and Poisson sampling rate q = B/n; T = epochs · round(n/B) steps (at most `MAX_STEPS`)."""
     if cfg.batch_size > n:
         raise ConfigError("batch_size", f"must be <= the training-set size n = {n}", cfg.batch_size)
     q = cfg.batch_size / n
     per_epoch = max(1, round(n / cfg.batch_size))
-    return strategies.plan(cfg, total_steps=cfg.epochs * per_epoch, steps_per_epoch=per_epoch,
+    return strategies.plan(cfg, total_steps=total_steps(cfg, n), steps_per_epoch=per_epoch,
                            num_blocks=num_blocks), q
 
 

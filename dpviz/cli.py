@@ -17,7 +17,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from .config import RunConfig, load_config_file, switched_off
+from .config import RunConfig, load_config_file, parse_epsilon, switched_off
 from .errors import ConfigError, DpvizError
 
 EXIT_USAGE = 2
@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "bound ε from below (beside the accountant's ε, which bounds it from above)")
     _config_flags(au)
     au.add_argument("--canaries", default="1000", metavar="M", help="canaries, each included with probability ½")
-    au.add_argument("--threat", default="white-box", metavar="T",
-                    help="white-box (gradient canaries, every update seen) or black-box (input canaries, final model)")
-    au.add_argument("--kind", default="mislabeled", metavar="K", help="black-box canaries: mislabeled or ood")
+    au.add_argument("--threat", default=None, metavar="T", help="white-box (gradient canaries, every update "
+                    "seen; the default) or black-box (input canaries, final model)")
+    au.add_argument("--kind", default=None, metavar="K", help="black-box canaries: mislabeled (default) or ood")
     au.add_argument("--confidence", default="0.95", metavar="C", help="confidence of the lower bound")
     au.add_argument("--audit-seed", default="0", metavar="S",
                     help="the auditor's seed (inclusion bits, canaries); --seed stays the run's own")
@@ -172,6 +172,9 @@ def cmd_run(args) -> int:
     from . import runner
 
     cfg = config_from_args(args)
+    if not cfg.private:
+        print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
+              file=sys.stderr)
     hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
     summary = hit or _train(cfg, args)
     if summary is None:
@@ -265,7 +268,7 @@ def _update(bar, step, last):
 
 def _text(s: dict) -> str:
     if str(s["config"].get("epsilon")) in ("inf", "None"):
-        eps = "no DP"
+        eps = "NO DP (ε = inf: trained without privacy)"
     elif s.get("epsilon_spent") is not None:
         eps = f"ε spent {s['epsilon_spent']:.4g}"
         if s.get("epsilon_gdp_approx") is not None:  # GDP named: the bound is PRV's, GDP's figure beside it
@@ -455,8 +458,14 @@ def cmd_audit(args) -> int:
     from .audit import AuditSpec, audit
 
     cfg = config_from_args(args)
-    spec = AuditSpec(canaries=_number(args.canaries, "canaries", int), threat=args.threat, kind=args.kind,
-                     confidence=_number(args.confidence, "confidence"),
+    given = [f for f in ("sweep_strategies", "sweep_epsilons", "sweep_threats") if getattr(args, f) is not None]
+    if given and not args.sweep:
+        raise ConfigError(given[0], "only with --sweep (an audit of one configuration ignores it)")
+    if args.sweep and args.threat is not None:
+        raise ConfigError("threat", "not with --sweep: a sweep's threats are --sweep-threats")
+    threat = args.threat or ("black-box" if args.kind and args.sweep else "white-box")
+    spec = AuditSpec(canaries=_number(args.canaries, "canaries", int), threat=threat,
+                     kind=args.kind or "mislabeled", confidence=_number(args.confidence, "confidence"),
                      seed=_number(args.audit_seed, "audit_seed", int))
     if args.sweep:
         return _audit_sweep(args, cfg, spec)
@@ -473,7 +482,7 @@ def _audit_sweep(args, cfg, spec) -> int:
     from .audit import sweep
 
     axes = dict(strategies=args.sweep_strategies or [cfg.strategy],
-                epsilons=[_number(e, "sweep_epsilons") for e in args.sweep_epsilons or sweep.EPSILONS],
+                epsilons=[parse_epsilon(str(e), "sweep_epsilons") for e in args.sweep_epsilons or sweep.EPSILONS],
                 threats=args.sweep_threats or list(sweep.THREATS))
     sweep.plan(cfg, **axes)  # every point validated before the first trains
 
@@ -516,12 +525,17 @@ def _theory_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_theory(args) -> int:
     from .theory import Setting, curves, overlay, readings, utility
+    from .theory.overlay import STRATEGIES as OVERLAYS
 
     kw = {}
     for f in fields(Setting):
         v = getattr(args, f.name)
         if v is not None:
-            kw[f.name] = v if isinstance(f.default, str) else _number(v, f.name, type(f.default))
+            kw[f.name] = (v if isinstance(f.default, str) else parse_epsilon(v) if f.name == "epsilon"
+                          else _number(v, f.name, type(f.default)))
+    if args.overlay is not None and args.overlay not in OVERLAYS:  # checked before the curves are computed
+        raise ConfigError("overlay", f"{' or '.join(OVERLAYS)} (the strategy trained by DP-SGD over the diffusion)",
+                          args.overlay)
     s = Setting(**kw)
     c = curves(s)
     u = utility(s) if args.utility else None
@@ -558,7 +572,8 @@ def cmd_accountants(args) -> int:
         raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
     print(_dump(rows) if args.json else "\n".join(
         f"{r['accountant']:>4}  B={r['batch_size']:<6} q={r['sample_rate']:.4g}  T={r['steps']:<6} "
-        f"σ={r['noise_multiplier']:.4f}  σ²/B={r['sigma2_over_b']:.4g}" for r in rows))
+        + (f"σ: none ({r['error']})" if r["error"] else
+           f"σ={r['noise_multiplier']:.4f}  σ²/B={r['sigma2_over_b']:.4g}") for r in rows))
     return 0
 
 

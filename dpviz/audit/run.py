@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -47,15 +49,40 @@ class AuditSpec:
             raise ConfigError("threat", f"one of {', '.join(THREATS)}", self.threat)
         if self.kind not in KINDS:
             raise ConfigError("kind", f"one of {', '.join(KINDS)}", self.kind)
+        if self.threat == "white-box" and self.kind != KINDS[0]:  # else ignored, yet keyed apart
+            raise ConfigError("kind", "only for black-box audits (white-box canaries are gradients, not images); "
+                              "leave it out", self.kind)
         if not isinstance(self.confidence, (int, float)) or not 0.5 <= self.confidence < 1:
             raise ConfigError("confidence", "a number in [0.5, 1)", self.confidence)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 31:
             raise ConfigError("seed", "an integer in [0, 2^31)", self.seed)
 
+    def for_threat(self, threat: str) -> "AuditSpec":
+        """This spec for ``threat`` (a sweep's point): the black-box canary kind only where it applies."""
+        return replace(self, threat=threat, kind=self.kind if threat == "black-box" else KINDS[0])
+
     def key(self, cfg: RunConfig) -> str:
-        """The stored audit's key: the run configuration's hash and this spec."""
-        doc = json.dumps({"config": cfg.hash(), **asdict(self)}, sort_keys=True)
+        """The stored audit's key: the run configuration's hash, this spec and the code of the mechanism,
+        so a stored audit never answers for a mechanism that has changed since."""
+        doc = json.dumps({"config": cfg.hash(), **asdict(self), "mechanism": mechanism_hash()}, sort_keys=True)
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+# The files whose code makes the released updates (sampling, clipping, noise, accounting, the loop and
+# the strategies' phases) and the canaries and bounds of the audit itself: any change re-audits.
+MECHANISM_FILES = ("calibration.py", "engine.py", "trainer.py", "optim.py", "sparse.py", "lora.py", "privacy/*.py",
+                   "strategies/*.py", "audit/canaries.py", "audit/bounds.py", "audit/run.py")
+
+
+@functools.lru_cache(maxsize=4)
+def mechanism_hash(root: str | None = None) -> str:
+    """SHA-256 (16 hex) of the mechanism's source files under the package folder ``root``."""
+    base = Path(root) if root else Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for pattern in MECHANISM_FILES:
+        for f in sorted(base.glob(pattern)):
+            h.update(f.relative_to(base).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 class _Discard:
@@ -138,6 +165,7 @@ def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
     best = bounds.best_bounds(scores, included, delta=delta, confidence=spec.confidence)
     out = {
         "audit_key": key, "config_hash": cfg.hash(), "config": cfg.to_dict(), **asdict(spec),
+        "mechanism": mechanism_hash(),
         "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": summary["epsilon_spent"],
         "delta": delta, **best, "ceiling": bounds.ceiling(m=spec.canaries, delta=delta, confidence=spec.confidence),
         "included": int(included.sum()), "sample_rate": prep.sample_rate,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import replace
 from typing import Callable
 
 from ..config import RunConfig
@@ -33,7 +32,14 @@ def plan(base: RunConfig, *, strategies, epsilons=EPSILONS, threats=THREATS) -> 
     if bad:
         raise ConfigError("threats", f"some of {', '.join(THREATS)}", bad)
     eps = sorted({float(e) for e in epsilons})
-    return [(base.replace(strategy=s, epsilon=e), t) for s in strategies for e in eps for t in threats]
+    return [(point(base, s, e), t) for s in strategies for e in eps for t in threats]
+
+
+def point(base: RunConfig, strategy: str, epsilon: float) -> RunConfig:
+    """``base`` run by ``strategy`` at ``epsilon``; fields that strategy ignores go back to unset."""
+    from ..strategies import reset_unread
+
+    return RunConfig.from_dict(reset_unread({**base.to_dict(), "strategy": strategy, "epsilon": epsilon}))
 
 
 def row(report: dict) -> dict:
@@ -70,7 +76,7 @@ def sweep(base: RunConfig, spec: AuditSpec | None = None, *, strategies, epsilon
         if progress:
             progress(i, len(points), label(cfg, threat))
         try:
-            rows.append(row(audit(cfg, replace(spec, threat=threat), store=store, cancel=cancel)))
+            rows.append(row(audit(cfg, spec.for_threat(threat), store=store, cancel=cancel)))
         except Cancelled:
             return rows
     if progress:
@@ -82,7 +88,7 @@ def stored(base: RunConfig, spec: AuditSpec | None = None, *, strategies, epsilo
            cache_dir=None, store: Store | None = None) -> list[dict]:
     """The rows of the sweep's audits that are in the store, training nothing."""
     spec, store = spec or AuditSpec(), store or Store(cache_dir)
-    hits = (stored_report(cfg, replace(spec, threat=threat), store=store)
+    hits = (stored_report(cfg, spec.for_threat(threat), store=store)
             for cfg, threat in plan(base, strategies=strategies, epsilons=epsilons, threats=threats))
     return [row(h) for h in hits if h]
 

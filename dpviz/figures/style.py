@@ -7,6 +7,8 @@ import from here only; none reaches into another figure module.
 
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -77,7 +79,13 @@ def private_caption(caption: str) -> str:
 
 
 def with_caption(fig: go.Figure, caption: str) -> go.Figure:
-    """A copy of ``fig`` with ``caption`` printed under the plot (for exported images)."""
+    """A copy of ``fig`` with ``caption`` printed under the plot (for exported images).
+
+    The caption is plain text: Plotly reads annotation text as a subset of HTML (``<a href>`` becomes a
+    live link in SVG, ``<span style>`` passes CSS), so &, < and > are escaped and line breaks become
+    ``<br>``, the only markup a caption gets.
+    """
+    caption = "<br>".join(html.escape(line, quote=False) for line in caption.split("\n"))
     out = go.Figure(fig)
     out.update_layout(margin=dict(b=110), legend=dict(orientation="h", y=-0.45, yanchor="top"))
     out.add_annotation(text=caption, xref="paper", yref="paper", x=0, y=0, yshift=-55, showarrow=False,

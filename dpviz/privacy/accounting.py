@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -18,6 +19,7 @@ from .opacus_accountants import create_accountant, rdp_analysis
 _opacus_rdp = rdp_analysis()
 
 MAX_SIGMA = 1e4
+MAX_CURVE_POINTS = 5000  # RDP's curve has a point per step up to here (bounded memory beyond)
 
 # The accountant whose ε bounds a run that names each one. PRV's upper bound and RDP are valid upper
 # bounds; GDP is a central-limit approximation, not a bound: σ calibrated by it overspent the budget by
@@ -74,8 +76,24 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str = "prv") -> fl
     history = _merge(history)
     acc = create_accountant(mechanism=accountant)
     acc.history = history
-    with np.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0) on purpose
-        return float(acc.get_epsilon(delta=delta))
+    # PRV at q = 1 takes log(0) on purpose; RDP's "optimal order is the smallest alpha" is advice to
+    # Opacus's users, not to dpviz's (its ε is still a valid bound).
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            return float(acc.get_epsilon(delta=delta))
+        except ValueError:
+            if accountant != "gdp":
+                raise
+            return math.inf  # GDP's root finder brackets ε in [0, 500]: beyond it, more than any budget
+
+
+def rdp_floor(delta: float) -> float:
+    """The smallest ε RDP can certify at ``delta`` with Opacus's orders (α ≤ 63), whatever σ: the
+    conversion's own term, as every order's Rényi divergence goes to 0 when σ grows."""
+    orders = create_accountant(mechanism="rdp").DEFAULT_ALPHAS
+    eps, _ = _opacus_rdp.get_privacy_spent(orders=orders, rdp=np.zeros(len(orders)), delta=delta)
+    return float(eps)
 
 
 def _merge(history: list[tuple]) -> list[tuple]:
@@ -110,6 +128,9 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
     """
     if not math.isfinite(target_epsilon):
         return 0.0
+    if accountant == "rdp" and target_epsilon <= (floor := rdp_floor(delta)) * (1 + rel_tol):
+        raise ValueError(f"epsilon: RDP's orders (α ≤ 63) cannot certify ε = {target_epsilon:g} at δ = {delta:g} "
+                         f"whatever σ (its floor is {floor:.3g}); use accountant prv, or a larger ε")
     eps_of = lambda s: epsilon(phases=_with_sigma(phases, s), delta=delta, accountant=accountant)  # noqa: E731
     f = lambda e: math.log(e) - math.log(target_epsilon) if e > 0 else -math.inf  # noqa: E731
     lo, hi = 0.0, _first_guess(target_epsilon, delta, phases, accountant)
@@ -177,12 +198,13 @@ def epsilon_curve(*, phases: list[Phase], delta: float, accountant: str, points:
     """ε after t steps at ~``points`` values of t (always including phase ends).
 
     Between grid points a run reports the ε of the next grid point, an upper
-    bound since ε grows with t; RDP is cheap enough to evaluate at every step.
+    bound since ε grows with t; RDP is cheap enough to evaluate at every step of a
+    schedule of up to `MAX_CURVE_POINTS` steps.
     """
     total = sum(p.steps for p in phases)
     if total == 0:
         return {0: 0.0}
-    if accountant == "rdp":
+    if accountant == "rdp" and total <= MAX_CURVE_POINTS:
         ts = set(range(1, total + 1))
     else:
         ts = {max(1, round(total * i / points)) for i in range(1, points + 1)}
@@ -213,8 +235,9 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
                         accountants=("rdp", "gdp", "prv")) -> list[dict]:
     """For each accountant and B: the σ a run of ``epochs`` epochs needs for (ε, δ) (seed 004's figure).
 
-    Returns rows {accountant, batch_size, noise_multiplier, sample_rate, steps, sigma2_over_b}; σ²/B is
-    the noise variance per example that the decelerator scales with.
+    Returns rows {accountant, batch_size, noise_multiplier, sample_rate, steps, sigma2_over_b, error}; σ²/B
+    is the noise variance per example that the decelerator scales with. An accountant that cannot reach
+    ε (RDP below its floor) gives rows with σ None and the reason in ``error``; ValueError if none can.
     """
     rows = []
     for acc in accountants:
@@ -223,7 +246,12 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
                 raise ValueError(f"batch_sizes: each must be in [1, dataset_size = {dataset_size}]; got {B}")
             q, T = B / dataset_size, steps_for(epochs=epochs, dataset_size=dataset_size, batch_size=B)
             dp = Phase(name="dp", steps=T, noise_multiplier=0.0, sample_rate=q, clip_norm=1.0)
-            s = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc, phases=[dp])
+            try:
+                s, why = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc, phases=[dp]), None
+            except ValueError as e:  # this accountant cannot reach ε here; the others' rows still stand
+                s, why = None, str(e).split(": ", 1)[-1]
             rows.append({"accountant": acc, "batch_size": int(B), "noise_multiplier": s, "sample_rate": q,
-                         "steps": T, "sigma2_over_b": s * s / B})
+                         "steps": T, "sigma2_over_b": None if s is None else s * s / B, "error": why})
+    if all(r["error"] for r in rows):
+        raise ValueError(f"epsilon: {rows[0]['error']}")
     return rows

@@ -12,11 +12,13 @@ failure of the child just means the parent computes them itself.
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from dataclasses import dataclass
 
-from ..config import RunConfig
+from ..config import RunConfig, total_steps
+from ..errors import ConfigError
 from ..tasks import static_shape
 
 
@@ -44,17 +46,32 @@ class Ahead:
             self.proc.wait()
 
 
+# The child's address space: accounting a schedule within `MAX_STEPS` needs < 1 GiB; a bound keeps a
+# pathological schedule from taking the machine's memory (the child then dies and the parent accounts).
+MEMORY_LIMIT = 3 << 30
+
+
 def start(cfg: RunConfig) -> Ahead | None:
-    """Start accounting ``cfg`` in a child process, where its schedule is known without loading anything."""
-    if not cfg.private or static_shape(cfg) is None:
+    """Start accounting ``cfg`` in a child process, where its schedule is known without loading anything.
+
+    None where the schedule is unknown before loading, or refused (the parent then says why)."""
+    if not cfg.private or (static := static_shape(cfg)) is None:
+        return None
+    try:
+        total_steps(cfg, static[0].n)
+    except ConfigError:
         return None
     try:
         proc = subprocess.Popen([sys.executable, "-m", "dpviz.privacy.ahead", cfg.to_json()],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True)
+                                text=True, preexec_fn=_bounded)
     except OSError:
         return None
     return Ahead(proc)
+
+
+def _bounded() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def compute(cfg: RunConfig) -> dict:

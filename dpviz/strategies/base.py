@@ -138,6 +138,25 @@ class Strategy:
             raise ConfigError("epochs", f"must be >= {cls.min_epochs} for {cls.name}", cfg.epochs)
 
     @classmethod
+    def unread(cls, cfg) -> tuple[str, ...]:
+        """The strategy-owned fields (other strategies' own fields, learning rates) this config ignores.
+
+        Such a field must keep its default: a value there would change nothing but the cache key, so a
+        run would be stored twice under two keys (`dpviz.strategies.validate` refuses it).
+        """
+        from . import REGISTRY
+
+        mine = set(cls.fields())
+        others = {f for s in REGISTRY.values() for f in s.fields()} - mine
+        lrs = {f for s in REGISTRY.values() for f in s.lr_fields} - set(cls.lr_fields)
+        return tuple(sorted(others | lrs))
+
+    @classmethod
+    def unread_because(cls, cfg, name: str) -> str:
+        """Why this strategy's own field ``name`` is unread in ``cfg`` (for `unread` overrides)."""
+        return "this setting"
+
+    @classmethod
     def describe(cls, cfg, phases: str) -> str:
         """The preview's one-line schedule; ``phases`` is "lp 20 steps → fft 80 steps" from the plan."""
         return phases

@@ -33,6 +33,15 @@ class PublicThenPrivate(Strategy):
     )
 
     @classmethod
+    def unread(cls, cfg) -> tuple[str, ...]:
+        # a fixed switch step makes the automatic switch's threshold moot
+        return super().unread(cfg) + (("switch_threshold",) if cfg.switch_step >= 0 else ())
+
+    @classmethod
+    def unread_because(cls, cfg, name: str) -> str:
+        return f"switch_step {cfg.switch_step} (the threshold only sets the automatic switch, switch_step -1)"
+
+    @classmethod
     def describe(cls, cfg, phases: str) -> str:
         public = "automatic switch" if cfg.switch_step < 0 else f"{cfg.switch_step} steps"
         return f"public ({cfg.public_dataset}, no DP, not counted in ε) {public} → {phases}"

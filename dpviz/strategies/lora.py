@@ -25,8 +25,9 @@ class LowRankAdapters(Strategy):
 
     @classmethod
     def validate_fields(cls, cfg) -> None:
-        if cfg.lora_rank < 1:
-            raise ConfigError("lora_rank", "must be an integer >= 1", cfg.lora_rank)
+        top = int(cls.params[0].high)  # as the form: wider than any layer dpviz builds is no low rank
+        if not 1 <= cfg.lora_rank <= top:
+            raise ConfigError("lora_rank", f"must be an integer in [1, {top}]", cfg.lora_rank)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):
         return [PhasePlan(name="lora", steps=total_steps, lr=self.cfg.lr_ft)]

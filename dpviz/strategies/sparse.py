@@ -39,6 +39,15 @@ class SparseFineTune(Strategy):
                               cfg.sparsity)
 
     @classmethod
+    def unread(cls, cfg) -> tuple[str, ...]:
+        # bias and norm train fixed parameter groups: no share of rows to choose
+        return super().unread(cfg) + (("sparsity",) if cfg.selection not in ROW_SELECTIONS else ())
+
+    @classmethod
+    def unread_because(cls, cfg, name: str) -> str:
+        return f"selection {cfg.selection} (it trains the head and {cfg.selection} parameters, not a share of rows)"
+
+    @classmethod
     def describe(cls, cfg, phases: str) -> str:
         return f"{phases} (s = {cfg.sparsity:g} of each layer's rows, {cfg.selection})"
 

@@ -22,6 +22,7 @@ from .setting import Setting
 from .simulate import initial, integrate
 
 OVERLAY_SEEDS = 4
+STRATEGIES = ("lp", "fft")  # what the engine overlay can train over the diffusion
 
 
 def _model(w: np.ndarray, v: np.ndarray, relu: bool):
@@ -82,8 +83,8 @@ def overlay(s: Setting, *, strategy: str = "fft", lr: float | None = None, batch
 
     if s.loss != "logistic":
         raise ConfigError("loss", "logistic for the engine overlay (DP-SGD trains with cross-entropy)", s.loss)
-    if strategy not in ("lp", "fft"):
-        raise ConfigError("strategy", "lp or fft", strategy)
+    if strategy not in STRATEGIES:
+        raise ConfigError("strategy", " or ".join(STRATEGIES), strategy)
     lr, batch = lr or s.dt, batch or max(1, s.n // 4)
     s = s.replace(seeds=seeds, dt=lr)
     steps = s.steps
