@@ -343,12 +343,16 @@ def curvature_reading(df: pd.DataFrame) -> str:
 
 def accountants_reading(rows: pd.DataFrame) -> str:
     """How the accountants' σ compare and how much σ²/B moves over the batch sizes (`sigma_by_batch_size` rows)."""
+    failed = rows[rows["noise_multiplier"].isna()]  # an accountant that cannot reach ε (RDP below its floor)
+    note = (f" {', '.join(failed['accountant'].unique()).upper()} cannot reach this ε: {failed['error'].iloc[0]}."
+            if len(failed) else "")
+    rows = rows.dropna(subset=["noise_multiplier"])
     piv = rows.pivot(index="batch_size", columns="accountant", values="noise_multiplier")
     least, most = piv.mean().idxmin().upper(), piv.mean().idxmax().upper()
     ratio = (piv["rdp"] / piv["prv"]) if {"rdp", "prv"} <= set(piv) else None
     span = "" if ratio is None else f" (RDP/PRV σ ratio {ratio.min():.3f}–{ratio.max():.3f})"
     return (f"{least} needs the least σ and {most} the most{span}; σ grows with B, but σ²/B changes only "
-            f"{rows['sigma2_over_b'].max() / rows['sigma2_over_b'].min():.2f}× over these B.")
+            f"{rows['sigma2_over_b'].max() / rows['sigma2_over_b'].min():.2f}× over these B.{note}")
 
 
 def batch_prediction_reading(pred: dict, used_batch_size: int) -> str:

@@ -42,7 +42,30 @@ CASES = [
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--seeds", "-1"], "seed"),
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--delta", "0.5"], "delta"),
     ([*ACC, "--delta", "0.5"], "delta"),
+    # issue 26: no DP has one spelling ("inf"); a schedule beyond the machine; fields a strategy ignores
+    (["run", "--epsilon", "none"], "epsilon"), (["run", "--epsilon", "Infinity"], "epsilon"),
+    (["audit", "--epsilon", "none"], "epsilon"), (["sweep", "budget", "--epsilon", "none"], "epsilon"),
+    (["theory", "--epsilon", "1e999"], "epsilon"), (["audit", "--sweep", "--sweep-epsilons", "1e999"], "sweep_epsilons"),
+    (["run", "--epochs", "100000", "--batch-size", "1", "--strategy", "fft"], "epochs"),
+    (["run", "--strategy", "fft", "--lp-fraction", "0.5"], "lp_fraction"),
+    (["run", "--strategy", "fft", "--lr-lp", "0.9"], "lr_lp"),
+    (["run", "--strategy", "lp", "--lora-rank", "8"], "lora_rank"),
+    (["run", "--strategy", "lp", "--tune-blocks", "2"], "tune_blocks"),
+    (["run", "--strategy", "sparse", "--selection", "bias", "--sparsity", "0.9"], "sparsity"),
+    (["run", "--strategy", "continual", "--switch-step", "5", "--switch-threshold", "0.3"], "switch_threshold"),
+    (["run", "--strategy", "lora", "--lora-rank", "512"], "lora_rank"),
+    (["audit", "--threat", "white-box", "--kind", "ood"], "kind"),
+    (["audit", "--sweep-threats", "foo"], "sweep_threats"), (["audit", "--sweep", "--threat", "black-box"], "threat"),
+    (["run", "--strategy", "lp", "--epsilon", "0.1", "--accountant", "rdp"], "epsilon"),
+    (["theory", "--overlay", "foo"], "overlay"),
+    (["run", "--config", "EPS_JSON_1E999"], "epsilon"), (["run", "--config", "EPS_JSON_INFINITY"], "epsilon"),
+    (["run", "--config", "EPS_JSON_RUN_TABLE"], "epsilon"), (["run", "--config", "EPS_JSON_NONE"], "epsilon"),
+    (["run", "--config", "EPS_TOML_1E999"], "epsilon"), (["run", "--config", "EPS_TOML_INF"], "epsilon"),
 ]
+CONFIG_FILES = {"EPS_JSON_1E999": ("e1.json", '{"epsilon": 1e999}'), "EPS_JSON_INFINITY": ("e2.json", '{"epsilon": Infinity}'),
+                "EPS_JSON_RUN_TABLE": ("e3.json", '{"run": {"epsilon": 1e999}}'),
+                "EPS_JSON_NONE": ("e4.json", '{"epsilon": "none"}'), "EPS_TOML_1E999": ("e5.toml", "epsilon = 1e999\n"),
+                "EPS_TOML_INF": ("e6.toml", "epsilon = inf\n")}
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +103,10 @@ def test_bad_input_is_one_line_naming_the_field(argv, field, stored, tmp_path, c
     monkeypatch.chdir(tmp_path)  # a stray file would land here or beside an output
     files = {"DATA_DIR_5": lambda: (tmp_path / "c.json").write_text('{"data_dir": 5, "dataset": "mnist"}'),
              "NOT_UTF8_TOML": lambda: (tmp_path / "c.toml").write_bytes(b'epsilon = "\xff\xfe"\n'),
-             "A_FILE": lambda: (tmp_path / "w.pt").write_bytes(b"not weights")}
+             "A_FILE": lambda: (tmp_path / "w.pt").write_bytes(b"not weights"),
+             **{k: (lambda n=n, t=t: (tmp_path / n).write_text(t)) for k, (n, t) in CONFIG_FILES.items()}}
     paths = {"DATA_DIR_5": tmp_path / "c.json", "NOT_UTF8_TOML": tmp_path / "c.toml", "A_FILE": tmp_path / "w.pt",
-             "A_FOLDER": tmp_path, "RUN": run_id}
+             "A_FOLDER": tmp_path, "RUN": run_id, **{k: tmp_path / n for k, (n, _) in CONFIG_FILES.items()}}
     for a in argv:
         if a in files:
             files[a]()
@@ -166,3 +190,67 @@ def test_runconfig_fuzz_is_a_valid_config_or_one_configerror():
             except DpvizError as e:
                 assert "\n" not in str(e), (change, e)
     assert valid >= 20 and previewed >= 10  # the fuzz reached past validation, not only into it
+
+
+def test_no_dp_has_one_spelling_and_a_run_without_dp_says_so(tmp_path, capsys, backbone_cache):
+    """"inf" (flag or file string) trains without DP, and the note, the summary and the one-line report say so."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.symlink(backbone_cache, cache / "backbones")
+    (tmp_path / "c.toml").write_text('epsilon = "inf"\nstrategy = "lp"\nepochs = 1\nbatch_size = 512\n')
+    assert RunConfig.from_file(tmp_path / "c.toml").epsilon == math.inf
+    assert cli.main(["--cache-dir", str(cache), "run", "--config", str(tmp_path / "c.toml"), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "WITHOUT differential privacy" in err and "NO DP" in out
+    s = cli.main(["--cache-dir", str(cache), "list", "--json"]) == 0 and __import__("json").loads(capsys.readouterr().out)
+    assert s[0]["private"] is False and s[0]["epsilon_spent"] is None
+
+
+def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
+    """Below RDP's floor the PRV and GDP rows still come, the RDP row says why; ε = 100 is one line or rows."""
+    assert cli.main(["accountants", "--epsilon", "0.1", "--delta", "1e-5", "--epochs", "1", "--dataset-size", "1000",
+                     "--batch-sizes", "10", "--json"]) == 0
+    rows = {r["accountant"]: r for r in __import__("json").loads(capsys.readouterr().out)}
+    assert rows["prv"]["noise_multiplier"] > 1 and rows["gdp"]["noise_multiplier"] > 1
+    assert rows["rdp"]["noise_multiplier"] is None and "floor" in rows["rdp"]["error"]
+    code = cli.main(["accountants", "--epsilon", "100", "--delta", "1e-5", "--epochs", "1", "--dataset-size", "1000",
+                     "--batch-sizes", "10"])
+    out, err = capsys.readouterr()
+    assert code == 0 and len(out.strip().splitlines()) == 3 and err == ""
+
+
+def test_the_accounting_child_is_bounded_and_refuses_nothing_the_parent_would_run():
+    """A refused schedule starts no child; an accepted one is accounted under the memory bound."""
+    from dpviz.privacy import ahead
+    from dpviz.tasks import static_shape
+
+    assert ahead.start(RunConfig(strategy="fft", epochs=100000, batch_size=1)) is None
+    cfg = RunConfig(strategy="fft", accountant="rdp", epochs=50, batch_size=16)
+    shape, blocks = static_shape(cfg)
+    sigma, curve = ahead.start(cfg).take(shape.n, blocks)
+    assert sigma > 0 and len(curve) == 50 * round(shape.n / 16)  # RDP: a point per step under the bound
+
+
+def test_an_audit_key_changes_with_the_mechanisms_code(tmp_path):
+    """The key hashes the files that make the released updates: a stored audit never answers for changed code."""
+    import dpviz
+    from dpviz.audit import run as audit_run
+
+    pkg = tmp_path / "dpviz"
+    shutil.copytree(os.path.dirname(dpviz.__file__), pkg, ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    before = audit_run.mechanism_hash(str(pkg))
+    assert before == audit_run.mechanism_hash()  # the copy hashes as the package does
+    (pkg / "figures" / "style.py").write_text("# not the mechanism\n")
+    assert audit_run.mechanism_hash.__wrapped__(str(pkg)) == before
+    dpsgd = pkg / "privacy" / "dpsgd.py"
+    dpsgd.write_text(dpsgd.read_text().replace("noise", "noise * 0.1", 1))
+    assert audit_run.mechanism_hash.__wrapped__(str(pkg)) != before
+    spec, cfg = audit_run.AuditSpec(), RunConfig(strategy="lp")
+    key = spec.key(cfg)
+    audit_run.mechanism_hash.cache_clear()
+    try:
+        original = audit_run.mechanism_hash
+        audit_run.mechanism_hash = lambda root=None: "changed"
+        assert spec.key(cfg) != key
+    finally:
+        audit_run.mechanism_hash = original
