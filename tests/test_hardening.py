@@ -254,3 +254,22 @@ def test_an_audit_key_changes_with_the_mechanisms_code(tmp_path):
         assert spec.key(cfg) != key
     finally:
         audit_run.mechanism_hash = original
+
+
+def test_an_export_caption_is_plain_text_in_every_format():
+    """Markup in a caption (a link, inline CSS) is escaped: no live link or style reaches the SVG or HTML."""
+    import xml.etree.ElementTree as ET
+
+    import plotly.graph_objects as go
+
+    from dpviz import export
+
+    caption = '<a href="https://evil.example/">run</a> <span style="fill:url(https://evil.example/x)">x</span> a&b'
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
+    svg = ET.fromstring(export.figure_bytes(fig, "svg", caption=caption))
+    elements = list(svg.iter())
+    assert not [e for e in elements if e.tag.endswith("}a") or e.tag == "a"]  # no live link
+    assert not [e for e in elements if "evil" in " ".join(e.attrib.values())]  # no attribute carries the markup
+    assert any("<a href=" in "".join(e.itertext()) for e in elements)  # shown as the text it is
+    page = export.figure_bytes(fig, "html", caption=caption).decode()
+    assert "&lt;a href" in page and "\\u003ca href" not in page  # plotly.js renders the escaped text as text
