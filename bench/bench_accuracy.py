@@ -50,7 +50,8 @@ def auto_table(base: RunConfig, epsilons, seeds) -> None:
         cfg = base.replace(strategy=strat, epsilon=eps)
         runs = [dpviz.run(cfg.replace(seed=s), cache_dir=CACHE) for s in seeds]
         lr_lp, lr_ft = TUNED[eps][strat]
-        tuned = [acc(cfg.replace(lr_lp=lr_lp, lr_ft=lr_ft, seed=s))[0] for s in seeds]
+        tuned = [acc(RunConfig.from_dict({**cfg.to_dict(), "lr_lp": lr_lp, "lr_ft": lr_ft, "seed": s},
+                                         reset_unread=True))[0] for s in seeds]  # the rate a strategy ignores: unset
         a = [r["test_accuracy"] for r in runs]
         al = {f: runs[0]["config"][f] for f in ("lr_lp", "lr_ft")}
         print(f"| {eps} | {strat} | {lr_text(strat, al['lr_lp'], al['lr_ft'], '.3g')} | {statistics.mean(a):.3f} ± "

@@ -27,8 +27,8 @@ def timed(fn, reps: int) -> float:
 
 def main() -> None:
     autotune.shipped()  # the file is read once per process
-    queries = [RunConfig(strategy=s, epsilon=e, lp_fraction=p) for s in ("lp", "fft", "lp-fft")
-               for e in (0.7, 1.0, 3.0, 8.0) for p in (0.25, 0.3)]
+    queries = [RunConfig.from_dict(dict(strategy=s, epsilon=e, lp_fraction=p), reset_unread=True)
+               for s in ("lp", "fft", "lp-fft") for e in (0.7, 1.0, 3.0, 8.0) for p in (0.25, 0.3)]
     queries += [RunConfig(strategy=s, epsilon="inf") for s in ("lp", "fft")]
     assert all(autotune.resolve(q)[1].source == "shipped" for q in queries)
     shipped = timed(lambda: [autotune.resolve(q) for q in queries], 5) / len(queries)

@@ -157,11 +157,17 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict, *, reset_unread: bool = False) -> "RunConfig":
+        """A config from fields ``d``; ``reset_unread``: fields its strategy ignores go back to unset first
+        (for configs derived from another strategy's, and runs stored before such fields were refused)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(unknown[0], f"unknown field; allowed fields: {', '.join(sorted(names))}")
+        if reset_unread:
+            from . import strategies
+
+            d = strategies.reset_unread(d)
         return cls(**d)
 
     @classmethod

@@ -26,8 +26,8 @@ def distortion() -> list[RunConfig]:
     for eps in (1.0, 8.0):
         lr_lp, lr_ft = TUNED_LR[eps]
         for strategy in ("lp", "fft", "lp-fft"):
-            out.append(RunConfig(**BASE, strategy=strategy, epsilon=eps, lp_fraction=0.3, lr_lp=lr_lp, lr_ft=lr_ft,
-                                 checkpoint_every=6))
+            out.append(RunConfig.from_dict(dict(**BASE, strategy=strategy, epsilon=eps, lp_fraction=0.3, lr_lp=lr_lp,
+                                                lr_ft=lr_ft, checkpoint_every=6), reset_unread=True))
     return out
 
 
@@ -39,7 +39,7 @@ def law(num_blocks: int = 4) -> list[RunConfig]:
             lr_lp, lr_ft = TUNED_LR[eps] if tuned else (CONSTANT_LR, CONSTANT_LR)
             for k in range(1, num_blocks + 1):
                 out.append(RunConfig(**BASE, strategy="partial", tune_blocks=k, epsilon=eps, delta=1 / n,
-                                     lr_lp=lr_lp, lr_ft=lr_ft, checkpoint_every=12))
+                                     lr_ft=lr_ft, checkpoint_every=12))  # partial reads no lr_lp
     return out
 
 

@@ -311,9 +311,8 @@ def matching_run(store: Store, run: dict, *, finished_only: bool = True, **chang
     the values the twin was run with (the sparse profile runs DP-FFT at the defaults).
     """
     from .config import RunConfig
-    from .strategies import reset_unread
 
-    want = RunConfig.from_dict(reset_unread({**run["config"], **changes})).hash()
+    want = RunConfig.from_dict({**run["config"], **changes}, reset_unread=True).hash()
     same = [r for r in store.list_runs()
             if r["config_hash"] == want and (r["status"] == "finished" or not finished_only)]
     return same[-1] if same else None

@@ -83,9 +83,9 @@ def _prepared(cfg_json: str, root: str):
     """Data, model skeleton and calibrated phases of a run (σ calibration and loading done once)."""
     from .. import engine
     from ..config import RunConfig
-    from ..strategies import reset_unread
 
-    return engine.prepare(RunConfig.from_dict(reset_unread(json.loads(cfg_json))), cache_dir=root, with_curve=False)
+    return engine.prepare(RunConfig.from_dict(json.loads(cfg_json), reset_unread=True), cache_dir=root,
+                          with_curve=False)
 
 
 def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
@@ -93,10 +93,9 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     import torch
 
     from ..config import RunConfig
-    from ..strategies import reset_unread
     from .hessian import Checkpoint
 
-    cfg = RunConfig.from_dict(reset_unread(store.get_run(run_id)["config"]))
+    cfg = RunConfig.from_dict(store.get_run(run_id)["config"], reset_unread=True)
     state = store.load_weights(run_id, step)
     prep = _prepared(cfg.to_json(), str(store.root))  # once per run, not per checkpoint
     model = copy.deepcopy(prep.model).to(prep.device)

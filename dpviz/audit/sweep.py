@@ -37,9 +37,7 @@ def plan(base: RunConfig, *, strategies, epsilons=EPSILONS, threats=THREATS) -> 
 
 def point(base: RunConfig, strategy: str, epsilon: float) -> RunConfig:
     """``base`` run by ``strategy`` at ``epsilon``; fields that strategy ignores go back to unset."""
-    from ..strategies import reset_unread
-
-    return RunConfig.from_dict(reset_unread({**base.to_dict(), "strategy": strategy, "epsilon": epsilon}))
+    return RunConfig.from_dict({**base.to_dict(), "strategy": strategy, "epsilon": epsilon}, reset_unread=True)
 
 
 def row(report: dict) -> dict:
