@@ -25,11 +25,13 @@ with st.expander("Run configuration (as on the Runs page)", expanded=False):
     cfg, _ = forms.render_run_form(state.store().root)
 c = st.columns([2, 2, 2, 2, 1])
 try:
+    threat = c[1].selectbox("threat", audit.THREATS, key="au_threat")
+    kind = c[2].selectbox("black-box canaries", audit.KINDS, key="au_kind", disabled=threat != "black-box",
+                          help="mislabeled private-distribution images, or out-of-distribution ±1 patterns "
+                               "(black-box only: white-box canaries are gradients)")
     spec = audit.AuditSpec(
         canaries=int(c[0].number_input("canaries M", 10, audit.MAX_CANARIES, 1000, step=100, key="au_m")),
-        threat=c[1].selectbox("threat", audit.THREATS, key="au_threat"),
-        kind=c[2].selectbox("black-box canaries", audit.KINDS, key="au_kind",
-                            help="mislabeled private-distribution images, or out-of-distribution ±1 patterns"),
+        threat=threat, kind=kind if threat == "black-box" else audit.KINDS[0],
         confidence=c[3].select_slider("confidence", [0.9, 0.95, 0.99], value=0.95, key="au_conf"),
         seed=int(c[4].number_input("audit seed", 0, 2 ** 31 - 1, 0, key="au_seed")))
 except DpvizError as e:
