@@ -154,7 +154,14 @@ class RunConfig:
         return hashlib.sha256(self.to_json(hashed_only=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes) -> "RunConfig":
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``; a change of strategy resets the fields the new one ignores (unless
+        they are among ``changes``, which are checked as given)."""
+        if changes.get("strategy", self.strategy) == self.strategy:
+            return dataclasses.replace(self, **changes)
+        from . import strategies
+
+        kept = strategies.reset_unread({**self.to_dict(), **changes})
+        return RunConfig(**{**kept, **changes})
 
     @classmethod
     def from_dict(cls, d: dict, *, reset_unread: bool = False) -> "RunConfig":
