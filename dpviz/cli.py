@@ -566,14 +566,15 @@ def cmd_features(args) -> int:
     import numpy as np
 
     from .analyses.service import resolve_step
-    from .store import Store, write_atomic
+    from .safefile import write_atomic
+    from .store import Store
 
+    out = _output_file(args.out)  # before the store opens: bad input creates nothing
     store = Store(args.cache_dir)
     step = resolve_step(store, args.run_id, args.step)
     arrays = store.load_features(args.run_id, step)
-    out = _output_file(args.out)
     try:
-        write_atomic(out, lambda p: np.savez(open(p, "wb"), **arrays))
+        write_atomic(out, lambda f: np.savez(f, **arrays))
     except OSError as e:
         raise ConfigError("out", f"a file dpviz can write ({e.strerror or type(e).__name__})", args.out) from None
     print(f"wrote {out} (step {step}: {', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
