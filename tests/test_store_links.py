@@ -84,6 +84,15 @@ def test_artifacts_replace_a_planted_link_and_refuse_a_linked_folder(tmp_path, v
 def test_a_damaged_cached_backbone_is_pretrained_again_through_none_of_the_planted_links(tmp_path, victim, capsys):
     """Random bytes in the store's copy: pretrained again (no shipped copy at 8×8), with one warning line;
     the links planted at the lock and at every temporary name the old code used are not followed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 8×8 convolutions: two OpenMP threads on two busy cores spin (3 s became 50 s)
+    try:
+        _pretrain_through_planted_links(tmp_path, victim, capsys)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain_through_planted_links(tmp_path, victim, capsys):
     folder = tmp_path / "store" / "backbones"
     folder.mkdir(parents=True)
     key = pretrain.cache_key("cnn", 1, 8)
