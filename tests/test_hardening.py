@@ -1,8 +1,8 @@
 """Bad input and damaged files: one line naming the field (exit 2), nothing stored changed, no stray file.
 
-The table is issue 14's probes, each a case that once gave a traceback, was accepted, or said the wrong
-words. They run `dpviz.cli.main` in this process (the command's own code, without a process start per
-case); tests/test_cli.py runs the same contract through real subprocesses.
+The table is issue 14's and 26's probes, each a case that once gave a traceback, was accepted, or said
+the wrong words; damaged stores are tests below it (planted links: tests/test_store_links.py). They run
+`dpviz.cli.main` in this process; tests/test_cli.py runs the same contract through real subprocesses.
 """
 
 import json
@@ -152,7 +152,7 @@ def copied(stored, tmp_path):
 
 def sql(cache_dir, statement, *args):
     with sqlite3.connect(cache_dir / "runs.sqlite") as c:
-        c.execute(statement, args)
+        return c.execute(statement, args).fetchall()
 
 
 def test_garbled_run_rows_are_listed_as_damaged_and_shown_as_one_line(stored, tmp_path, capsys):
@@ -186,8 +186,7 @@ def test_a_garbled_cached_analysis_is_computed_again(stored, tmp_path, capsys):
     sql(cache_dir, "UPDATE analyses SET result_json='{garbage' WHERE name='knn'")
     assert cli.main(argv) == 0
     assert json.loads(capsys.readouterr().out) == first
-    with sqlite3.connect(cache_dir / "runs.sqlite") as c:
-        assert [json.loads(r) for r, in c.execute("SELECT result_json FROM analyses WHERE name='knn'")] == [first]
+    assert [json.loads(r) for r, in sql(cache_dir, "SELECT result_json FROM analyses WHERE name='knn'")] == [first]
 
 
 def test_a_foreign_file_at_a_feature_checkpoint_is_one_line_naming_it(stored, tmp_path, capsys):
@@ -221,13 +220,9 @@ def test_a_damaged_cached_backbone_gives_way_to_the_shipped_one(stored, tmp_path
     out = capsys.readouterr()
     warned = [line for line in out.err.splitlines() if line.startswith("dpviz:")]
     assert len(warned) == 1 and str(damaged) in warned[0] and "copy dpviz ships" in warned[0], out.err
-    first = json.loads(cli_output(["--cache-dir", str(cache_dir), "show", run_id, "--json"], capsys))
+    assert cli.main(["--cache-dir", str(cache_dir), "show", run_id, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
     assert not damaged.exists() and json.loads(out.out)["test_accuracy"] == first["test_accuracy"]
-
-
-def cli_output(argv, capsys) -> str:
-    assert cli.main(argv) == 0
-    return capsys.readouterr().out
 
 
 def test_an_emptied_database_beside_run_folders_is_one_line(stored, tmp_path, capsys):
