@@ -22,7 +22,9 @@ naming the file, the kind found and the kind expected.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -38,7 +40,7 @@ def stamp(kind: str) -> dict:
     return {KIND: kind, SCHEMA: VERSIONS[kind]}
 
 
-def check(where: str, expected: str, found: str | None, schema: int) -> None:
+def check(where: str, expected: str, found: str | None, schema: int, fix: str = "") -> None:
     """Raise a one-line `StoreError` unless the artifact is of kind ``expected`` at a schema we read.
 
     Args:
@@ -46,9 +48,11 @@ def check(where: str, expected: str, found: str | None, schema: int) -> None:
         expected: the kind the caller asked for.
         found: the kind the artifact declares (or was recognised as); None when unrecognised.
         schema: the schema version that wrote it (0 for files from before schemas existed).
+        fix: what to do about an artifact of another kind (appended to that message).
     """
     if found != expected:
-        raise StoreError(f"{where}: holds {found or 'no recognised dpviz artifact'}, expected {expected}")
+        raise StoreError(f"{where}: holds {found or 'no recognised dpviz artifact'}, expected {expected}"
+                         + (f"; {fix}" if fix else ""))
     if schema > VERSIONS[expected]:
         raise StoreError(f"{where}: {expected} written by schema {schema}, newer than this dpviz reads "
                          f"(≤ {VERSIONS[expected]}); upgrade dpviz to read it")
@@ -59,28 +63,36 @@ def _reserved(keys) -> None:
         raise ValueError(f"{', '.join(clash)}: reserved for the artifact's kind and schema")
 
 
-def _stamped(where: str, expected: str, kind, schema) -> None:
+def _stamped(path: Path, expected: str, kind, schema) -> None:
     """Check a stamp read back from a file, whatever types it came back as (0-d arrays from an npz)."""
     try:
         schema = int(schema)
     except (TypeError, ValueError):
         kind, schema = None, 0  # a stamp we cannot read is no dpviz artifact
-    check(where, expected, None if kind is None else str(kind), schema)
+    check(f"artifact {path}", expected, None if kind is None else str(kind), schema, _fix(path))
+
+
+def _run_of(path: Path) -> str:
+    """The run id of an artifact path (its folder is ``runs/<run_id>/``, features and weights one deeper)."""
+    return path.parent.parent.name if path.parent.name in ("features", "weights") else path.parent.name
+
+
+def _fix(path: Path) -> str:
+    run = _run_of(path)
+    return f"restore it from a backup, or delete run {run} (`python -m dpviz delete {run}`)"
 
 
 def _unreadable(path: Path, kind: str, e: Exception) -> StoreError:
     """A damaged file: which one, why, and what to do (the run's folder is ``runs/<run_id>/``)."""
-    run = path.parent.parent.name if path.parent.name in ("features", "weights") else path.parent.name
     return StoreError(f"artifact {path}: cannot be read as {kind} ({load_failure(e)}); the file is damaged: "
-                      f"restore it from a backup, or delete run {run} (`python -m dpviz delete {run}`)")
+                      f"{_fix(path)}")
 
 
 # --- npz: features ------------------------------------------------------------
-def write_npz(path: Path, kind: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` and the stamp of ``kind`` to ``path`` (the caller makes it atomic)."""
+def write_npz(f: BinaryIO, kind: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` and the stamp of ``kind`` to the open file ``f`` (`Store` makes it atomic and safe)."""
     _reserved(arrays)
-    with open(path, "wb") as f:
-        np.savez(f, **arrays, **{k: np.asarray(v) for k, v in stamp(kind).items()})
+    np.savez(f, **arrays, **{k: np.asarray(v) for k, v in stamp(kind).items()})
 
 
 def read_npz(path: Path, kind: str) -> dict[str, np.ndarray]:
@@ -91,8 +103,22 @@ def read_npz(path: Path, kind: str) -> dict[str, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
         raise _unreadable(path, kind, e) from None
     if KIND in arrays:
-        _stamped(f"artifact {path}", kind, arrays.pop(KIND), arrays.pop(SCHEMA, None))
+        _stamped(path, kind, arrays.pop(KIND), arrays.pop(SCHEMA, None))
+        return arrays
+    # Unstamped: only an old-format file of ``kind`` passes; another npz (or a .pt, which is a zip too
+    # and reads as raw members) is refused here, not as an IndexError deep in an analysis.
+    check(f"artifact {path}", kind, kind if _OLD_NPZ[kind](arrays) else None, 0, _fix(path))
     return arrays
+
+
+def _old_features(arrays: dict) -> bool:
+    """Whether unstamped arrays look like features from before schema 1: labels and layer_0 … layer_L."""
+    layers = [k for k in arrays if re.fullmatch(r"layer_\d+", k)]
+    return ("labels" in arrays and bool(layers) and len(layers) + 1 == len(arrays)
+            and all(isinstance(v, np.ndarray) for v in arrays.values()))
+
+
+_OLD_NPZ = {"features": _old_features}
 
 
 # --- torch: weights and model -------------------------------------------------
@@ -107,12 +133,12 @@ def _old_pt_kind(obj) -> str | None:
     return None
 
 
-def write_pt(path: Path, kind: str, payload: dict) -> None:
-    """``torch.save`` of ``payload`` (e.g. {"state_dict", "config"}) and the stamp of ``kind``."""
+def write_pt(f: BinaryIO, kind: str, payload: dict) -> None:
+    """``torch.save`` of ``payload`` (e.g. {"state_dict", "config"}) and the stamp of ``kind`` to ``f``."""
     import torch
 
     _reserved(payload)
-    torch.save({**stamp(kind), **payload}, path)
+    torch.save({**stamp(kind), **payload}, f)
 
 
 def read_pt(path: Path, kind: str) -> dict:
@@ -126,21 +152,20 @@ def read_pt(path: Path, kind: str) -> dict:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
         raise _unreadable(path, kind, e) from None
-    where = f"artifact {path}"
     if isinstance(obj, dict) and KIND in obj:
-        _stamped(where, kind, obj.pop(KIND), obj.pop(SCHEMA, None))
+        _stamped(path, kind, obj.pop(KIND), obj.pop(SCHEMA, None))
         return obj
     found = _old_pt_kind(obj)
     if found != kind:
-        check(where, kind, found and f"{found} (unstamped, from before schema 1)", 0)
+        check(f"artifact {path}", kind, found and f"{found} (unstamped, from before schema 1)", 0, _fix(path))
     return {"state_dict": obj} if found == "weights" else {"state_dict": obj["state_dict"], "config": obj["config"]}
 
 
 # --- json: mask ---------------------------------------------------------------
-def write_json(path: Path, kind: str, doc: dict) -> None:
-    """``doc`` as JSON with the stamp of ``kind`` beside its keys."""
+def write_json(f: BinaryIO, kind: str, doc: dict) -> None:
+    """``doc`` as JSON with the stamp of ``kind`` beside its keys, to ``f``."""
     _reserved(doc)
-    path.write_text(json.dumps({**stamp(kind), **doc}))
+    f.write(json.dumps({**stamp(kind), **doc}).encode())
 
 
 def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...]) -> dict:
@@ -156,8 +181,8 @@ def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...]) -> dict:
     except (OSError, ValueError) as e:
         raise _unreadable(path, kind, e) from None
     if isinstance(doc, dict) and KIND in doc:
-        _stamped(f"artifact {path}", kind, doc.pop(KIND), doc.pop(SCHEMA, None))
+        _stamped(path, kind, doc.pop(KIND), doc.pop(SCHEMA, None))
         return doc
     old = isinstance(doc, dict) and set(old_keys) <= doc.keys()
-    check(f"artifact {path}", kind, kind if old else None, 0)
+    check(f"artifact {path}", kind, kind if old else None, 0, _fix(path))
     return doc

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .config import RunConfig, load_config_file, parse_epsilon, switched_off
 from .errors import ConfigError, DpvizError
+from .storecheck import no_new_store_on_error
 
 EXIT_USAGE = 2
 
@@ -287,12 +288,14 @@ def cmd_list(args) -> int:
     from .store import Store
 
     store = Store(args.cache_dir)
-    rows = [summary_of(r, store) for r in store.list_runs(args.status)]
+    # A row whose JSON is garbled is listed as "damaged" with what to do; the others as usual.
+    rows = [r if r["status"] == "damaged" else summary_of(r, store)
+            for r in store.list_runs(args.status, damaged=True)]
     if args.json:
         print(_dump(rows))
     else:
         for s in rows:
-            print(f"{s['status']:<11} " + _text(s))
+            print(f"{s['status']:<11} " + (s["error"] if s["status"] == "damaged" else _text(s)))
     return 0
 
 
@@ -311,7 +314,7 @@ def cmd_delete(args) -> int:
 
     store = Store(args.cache_dir)
     for rid in args.run_ids:
-        store.get_run(rid)  # all ids must exist before any is deleted
+        store.known(rid)  # all ids must exist before any is deleted (a run whose row is garbled too)
     for rid in args.run_ids:
         store.delete_run(rid)
         print(f"deleted {rid}")
@@ -581,14 +584,15 @@ def cmd_features(args) -> int:
     import numpy as np
 
     from .analyses.service import resolve_step
-    from .store import Store, write_atomic
+    from .safefile import write_atomic
+    from .store import Store
 
+    out = _output_file(args.out)  # before the store opens: bad input creates nothing
     store = Store(args.cache_dir)
     step = resolve_step(store, args.run_id, args.step)
     arrays = store.load_features(args.run_id, step)
-    out = _output_file(args.out)
     try:
-        write_atomic(out, lambda p: np.savez(open(p, "wb"), **arrays))
+        write_atomic(out, lambda f: np.savez(f, **arrays))
     except OSError as e:
         raise ConfigError("out", f"a file dpviz can write ({e.strerror or type(e).__name__})", args.out) from None
     print(f"wrote {out} (step {step}: {', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
@@ -596,12 +600,17 @@ def cmd_features(args) -> int:
 
 
 def _output_file(text: str) -> Path:
-    """``text`` as a file to create or replace: not empty, not a folder, in an existing folder."""
+    """``text`` as a file to create or replace: not empty, not a folder, in an existing folder, and not
+    a device, FIFO or socket (nor a link to one): the export replaces what is there by renaming a new
+    file over it, which would swap a device node such as /dev/null for a regular file."""
     out = Path(text)
     if not text.strip() or out.name in ("", ".", "..") or out.is_dir():
         raise ConfigError("out", "a file name (not a folder) in an existing folder", text)
     if not out.parent.is_dir():
         raise ConfigError("out", "a file in an existing folder", text)
+    if out.exists() and not out.is_file():  # both follow a link, so a link to a device is refused too
+        raise ConfigError("out", "a regular file to create or replace (this is a device, FIFO or socket); "
+                          "choose a file name", text)
     return out
 
 
@@ -653,7 +662,8 @@ def main(argv=None) -> int:
                 "analyze": cmd_analyze, "features": cmd_features, "sweep": cmd_sweep, "worker": cmd_worker,
                 "tune": cmd_tune, "accountants": cmd_accountants, "strategies": cmd_strategies,
                 "reproduce": cmd_reproduce, "audit": cmd_audit, "theory": cmd_theory}
-        return cmds[args.cmd](args)
+        with no_new_store_on_error(args.cache_dir):  # bad input found after the store opened leaves none
+            return cmds[args.cmd](args)
     except DpvizError as e:
         print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)
         return EXIT_USAGE

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from pathlib import Path
+
+from .safefile import open_lock
 
 GRACE_S = 1.0
 
 
-def _open(root):
+def _open(root) -> int | None:
+    """The lock's descriptor (never through a planted link: `safefile.open_lock`), or None in a read-only store."""
     try:
-        return open(Path(root) / "training.lock", "a+")
+        return open_lock(Path(root) / "training.lock")
     except OSError:  # a read-only store: nothing trains into it, nothing to coordinate
         return None
 
@@ -29,23 +33,23 @@ def _open(root):
 @contextlib.contextmanager
 def training(root):
     """Held while a run of the store at ``root`` trains."""
-    f = _open(root)
-    if f is None:
+    fd = _open(root)
+    if fd is None:
         yield
         return
-    with f:
-        fcntl.flock(f, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def wait_until_idle(root) -> None:
     """Return once no run of the store at ``root`` is training (at once when none is)."""
-    f = _open(root)
-    if f is None:
+    fd = _open(root)
+    if fd is None:
         return
-    with f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        fcntl.flock(f, fcntl.LOCK_UN)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)

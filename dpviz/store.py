@@ -15,11 +15,14 @@ Every call opens its own short-lived connection, so threads and processes can
 write at once; WAL plus a busy timeout turns contention into waiting, not
 "database is locked" errors. A run whose owning process has died is marked
 ``interrupted`` when a store is next opened; nothing else is touched.
+
+The store may be a shared folder others can write: dpviz creates its files there through
+`dpviz.safefile` (never through a planted link), and `dpviz.storecheck` turns links, an emptied
+database, a read-only folder or garbled rows into one line saying what to do.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -30,10 +33,13 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
-from . import artifacts
+from . import artifacts, storecheck
 from .errors import ConfigError, StoreError
+from .runfiles import RunFiles
+from .safefile import locked, write_atomic
+from .storecheck import damaged_database, decode_row, default_cache_dir, json_or_none
+
+__all__ = ["Store", "damaged_database", "default_cache_dir", "process_token", "write_atomic"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -57,10 +63,6 @@ CREATE INDEX IF NOT EXISTS audits_config ON audits(config_hash);
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("DPVIZ_CACHE_DIR") or Path.cwd() / "cache")
-
-
 def process_token(pid: int | None = None) -> str:
     """host:pid:start-time; the start time tells a live owner from a reused pid."""
     pid = pid or os.getpid()
@@ -80,28 +82,7 @@ def _owner_alive(owner: str | None) -> bool:
     return process_token(int(pid)) == owner
 
 
-def damaged_database(db: Path, e: sqlite3.DatabaseError) -> StoreError:
-    """One line for a store database that cannot be read or written, with what to do."""
-    why = str(e).split("\n")[0]
-    if "readonly" in why or "read-only" in why:
-        return StoreError(f"store: {db} is read-only ({why}); make it writable, or use another --cache-dir")
-    return StoreError(f"store: {db} is damaged or not a dpviz store ({why}); restore it from a backup, or move it "
-                      "away (its runs are then no longer listed) or use another --cache-dir")
-
-
-def write_atomic(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
-        raise
-
-
-class Store:
+class Store(RunFiles):
     """Runs, their metrics and events, and their artifact folders."""
 
     def __init__(self, cache_dir: str | Path | None = None):
@@ -112,12 +93,13 @@ class Store:
             raise ConfigError("cache_dir", f"a folder dpviz can create and write ({e.strerror or type(e).__name__})",
                               str(self.root)) from None
         self.db = self.root / "runs.sqlite"
+        storecheck.refuse_links(self.root)
         # Creating the file, switching it to WAL (a persistent setting) and the schema happen
         # under a file lock: two processes opening a new store at once would otherwise race
         # on the journal-mode switch ("database is locked").
         try:
-            with open(self.root / ".store.lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with locked(self.root / ".store.lock"):
+                storecheck.refuse_orphaned(self.root)
                 with self._conn() as c:
                     c.execute("PRAGMA journal_mode=WAL")
                     c.executescript(SCHEMA)
@@ -170,28 +152,50 @@ class Store:
                         summary_json=json.dumps(summary) if summary is not None else None)
         self.event(run_id, status, error)
 
-    def get_run(self, run_id: str) -> dict:
+    def known(self, run_id: str) -> sqlite3.Row:
+        """The run's raw row (a damaged one too); a `StoreError` when no such run is stored."""
         with self._conn() as c:
             row = c.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"run_id: no stored run {run_id!r} (see `python -m dpviz list`)")
-        return _row(row)
+        return row
+
+    def get_run(self, run_id: str) -> dict:
+        """The run; one `StoreError` naming the run, the column and what to do when its row is garbled."""
+        return decode_row(self.known(run_id), self.db)
 
     def find_finished(self, config_hash: str) -> dict | None:
+        """The newest finished run of ``config_hash``; garbled rows are passed over (they answer nothing)."""
         with self._conn() as c:
-            row = c.execute("SELECT * FROM runs WHERE config_hash=? AND status='finished' "
-                            "ORDER BY finished DESC LIMIT 1", (config_hash,)).fetchone()
-        return _row(row) if row else None
+            rows = c.execute("SELECT * FROM runs WHERE config_hash=? AND status='finished' "
+                             "ORDER BY finished DESC", (config_hash,)).fetchall()
+        for row in rows:
+            try:
+                return decode_row(row, self.db)
+            except StoreError:
+                continue
+        return None
 
-    def list_runs(self, status: str | None = None) -> list[dict]:
+    def list_runs(self, status: str | None = None, *, damaged: bool = False) -> list[dict]:
+        """Stored runs, oldest first. A row whose JSON is garbled is left out, or with ``damaged`` listed
+        as {"run_id", "status": "damaged", "error": what is wrong and what to do}."""
         sql, args = "SELECT * FROM runs", ()
         if status:
             sql, args = sql + " WHERE status=?", (status,)
         with self._conn() as c:
-            return [_row(r) for r in c.execute(sql + " ORDER BY created", args).fetchall()]
+            rows = c.execute(sql + " ORDER BY created", args).fetchall()
+        out = []
+        for r in rows:
+            try:
+                out.append(decode_row(r, self.db))
+            except StoreError as e:
+                if damaged:
+                    out.append({"run_id": r["run_id"], "status": "damaged", "error": str(e)})
+        return out
 
     def delete_run(self, run_id: str) -> None:
-        run = self.get_run(run_id)
+        """Delete the run's rows and folder (a run whose row is garbled too)."""
+        run = self.known(run_id)
         if run["status"] in LIVE and _owner_alive(run["owner"]):
             raise StoreError(f"run_id: {run_id} is still running; cancel it first")
         with self._conn() as c:
@@ -241,7 +245,10 @@ class Store:
                   artifacts.VERSIONS["analysis"]))
 
     def get_analysis(self, run_id: str, step: int, name: str, params_json: str) -> dict | None:
-        """The stored result, or None; a row of another kind or a newer schema raises `StoreError`."""
+        """The stored result, or None; a row of another kind or a newer schema raises `StoreError`.
+
+        A garbled ``result_json`` is None too, as if never computed: `dpviz.analyses.service.analyze`
+        then computes it again and its row replaces the garbled one (a cache entry, nothing lost)."""
         with self._conn() as c:
             row = c.execute("SELECT result_json, kind, schema_version FROM analyses "
                             "WHERE run_id=? AND step=? AND name=? AND params_json=?",
@@ -251,7 +258,7 @@ class Store:
         if row["kind"] is not None or row["schema_version"] is not None:  # both NULL: a row from before schema 1
             artifacts.check(f"analysis {name} of run {run_id} at step {step}", "analysis", row["kind"],
                             row["schema_version"] or 0)
-        return json.loads(row["result_json"])
+        return json_or_none(row["result_json"])  # garbled: treated as missing, so it is computed again
 
     # --- privacy audits (their training runs are not stored: only results) --------
     def put_audit(self, audit_key: str, config_hash: str, result: dict) -> None:
@@ -261,79 +268,14 @@ class Store:
     def get_audit(self, audit_key: str) -> dict | None:
         with self._conn() as c:
             row = c.execute("SELECT result_json FROM audits WHERE audit_key=?", (audit_key,)).fetchone()
-        return json.loads(row["result_json"]) if row else None
+        return json_or_none(row["result_json"]) if row else None  # garbled: missing, audited again
 
     def audits(self, config_hash: str | None = None) -> list[dict]:
         """Stored audit results, newest first; only those of one run configuration when given its hash."""
         sql = "SELECT result_json FROM audits" + (" WHERE config_hash=?" if config_hash else "")
         with self._conn() as c:
             rows = c.execute(sql + " ORDER BY created DESC", (config_hash,) if config_hash else ()).fetchall()
-        return [json.loads(r["result_json"]) for r in rows]
-
-    # --- artifacts ----------------------------------------------------------
-    def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
-
-    def _file(self, run_id: str, *parts: str) -> Path:
-        return self.run_dir(run_id).joinpath(*parts)
-
-    def save_features(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> Path:
-        """The arrays of a feature checkpoint (per-layer features, labels), stamped as features."""
-        path = self._file(run_id, "features", f"step_{step:06d}.npz")
-        write_atomic(path, lambda p: artifacts.write_npz(p, "features", arrays))
-        return path
-
-    def feature_steps(self, run_id: str) -> list[int]:
-        folder = self.run_dir(run_id) / "features"
-        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.exists() else []
-
-    def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
-        """Exactly the arrays `save_features` was given (old unstamped files read as they are)."""
-        path = self._file(run_id, "features", f"step_{step:06d}.npz")
-        if not path.exists():
-            raise StoreError(f"step: run {run_id} has no features at step {step} "
-                             f"(has {self.feature_steps(run_id)})")
-        return artifacts.read_npz(path, "features")
-
-    def save_weights(self, run_id: str, step: int, state: dict) -> Path:
-        """The model's state dict at a checkpoint (curvature analyses reload it)."""
-        path = self._file(run_id, "weights", f"step_{step:06d}.pt")
-        state = {k: v.detach().cpu() for k, v in state.items()}
-        write_atomic(path, lambda p: artifacts.write_pt(p, "weights", {"state_dict": state}))
-        return path
-
-    def load_weights(self, run_id: str, step: int) -> dict:
-        """The state dict saved at ``step`` (old bare state dicts read as they are)."""
-        path = self._file(run_id, "weights", f"step_{step:06d}.pt")
-        if not path.exists():
-            raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
-                             f"curvature analyses existed keep features only)")
-        return artifacts.read_pt(path, "weights")["state_dict"]
-
-    def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
-        """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
-        path = self._file(run_id, "model.pt")
-        state = {k: v.detach().cpu() for k, v in state_dict.items()}
-        write_atomic(path, lambda p: artifacts.write_pt(p, "model", {"state_dict": state, "config": config}))
-        return path
-
-    def load_model(self, run_id: str) -> dict:
-        """{"state_dict": ..., "config": ...} of the run's final model."""
-        path = self._file(run_id, "model.pt")
-        if not path.exists():
-            raise StoreError(f"run_id: run {run_id} has no final model (it has not finished, or is not stored)")
-        return artifacts.read_pt(path, "model")
-
-    def save_mask(self, run_id: str, doc: dict) -> Path:
-        """A sparse run's mask document ({step, selection, sparsity, mask, rows_per_layer})."""
-        path = self._file(run_id, "mask.json")
-        write_atomic(path, lambda p: artifacts.write_json(p, "mask", doc))
-        return path
-
-    def load_mask(self, run_id: str) -> dict | None:
-        """The document `save_mask` was given, or None when the run has no mask."""
-        path = self._file(run_id, "mask.json")
-        return artifacts.read_json(path, "mask", old_keys=("mask",)) if path.exists() else None
+        return [d for r in rows if (d := json_or_none(r["result_json"])) is not None]
 
 
 def _migrate(c: sqlite3.Connection) -> None:
@@ -342,10 +284,3 @@ def _migrate(c: sqlite3.Connection) -> None:
     for col, typ in (("kind", "TEXT"), ("schema_version", "INTEGER")):
         if col not in have:
             c.execute(f"ALTER TABLE analyses ADD COLUMN {col} {typ}")
-
-
-def _row(row: sqlite3.Row) -> dict:
-    d = dict(row)
-    d["config"] = json.loads(d.pop("config_json"))
-    d["summary"] = json.loads(d.pop("summary_json")) if d.get("summary_json") else None
-    return d

@@ -1,16 +1,20 @@
 """Bad input and damaged files: one line naming the field (exit 2), nothing stored changed, no stray file.
 
-The table is issue 14's probes, each a case that once gave a traceback, was accepted, or said the wrong
-words. They run `dpviz.cli.main` in this process (the command's own code, without a process start per
-case); tests/test_cli.py runs the same contract through real subprocesses.
+The table is issue 14's and 26's probes, each a case that once gave a traceback, was accepted, or said
+the wrong words; damaged stores are tests below it (planted links: tests/test_store_links.py). They run
+`dpviz.cli.main` in this process; tests/test_cli.py runs the same contract through real subprocesses.
 """
 
+import json
 import math
 import os
 import random
 import shutil
 import sqlite3
+import stat
+import subprocess
 
+import numpy as np
 import pytest
 
 from dpviz import cli
@@ -61,6 +65,13 @@ CASES = [
     (["run", "--config", "EPS_JSON_1E999"], "epsilon"), (["run", "--config", "EPS_JSON_INFINITY"], "epsilon"),
     (["run", "--config", "EPS_JSON_RUN_TABLE"], "epsilon"), (["run", "--config", "EPS_JSON_NONE"], "epsilon"),
     (["run", "--config", "EPS_TOML_1E999"], "epsilon"), (["run", "--config", "EPS_TOML_INF"], "epsilon"),
+    # issue 26: --out never replaces a device, FIFO or socket (nor a link to one); bad input found after
+    # the store opened leaves no store folder at a new path
+    (["features", "RUN", "--out", "A_FIFO"], "out"), (["features", "RUN", "--out", "A_LINK_TO_A_FIFO"], "out"),
+    (["features", "RUN", "--out", "A_CHAR_DEVICE"], "out"),
+    (["--cache-dir", "NEW_DIR", "run", "--delta", "0.01"], "delta"),
+    (["--cache-dir", "NEW_DIR", "show", "nope"], "nope"),
+    (["--cache-dir", "NEW_DIR", "analyze", "knn", "nope"], "nope"),
 ]
 CONFIG_FILES = {"EPS_JSON_1E999": ("e1.json", '{"epsilon": 1e999}'), "EPS_JSON_INFINITY": ("e2.json", '{"epsilon": Infinity}'),
                 "EPS_JSON_RUN_TABLE": ("e3.json", '{"run": {"epsilon": 1e999}}'),
@@ -81,11 +92,13 @@ def stored(tmp_path_factory, backbone_cache):
 
 
 def snapshot(cache_dir):
-    """Every row of the store and every file under it (name, size), the backbones aside."""
+    """Every row of the store and every file under it (name, size), the backbones aside (and the database's
+    own files: a WAL checkpoint changes their sizes, not their rows)."""
     with sqlite3.connect(cache_dir / "runs.sqlite") as c:
         rows = [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "analyses")]
     files = sorted((str(p.relative_to(cache_dir)), p.stat().st_size) for p in cache_dir.rglob("*")
-                   if p.is_file() and "backbones" not in p.parts and "optuna" not in p.name and "lock" not in p.name)
+                   if p.is_file() and "backbones" not in p.parts and "optuna" not in p.name and "lock" not in p.name
+                   and not p.name.startswith("runs.sqlite"))
     return rows, files
 
 
@@ -104,9 +117,14 @@ def test_bad_input_is_one_line_naming_the_field(argv, field, stored, tmp_path, c
     files = {"DATA_DIR_5": lambda: (tmp_path / "c.json").write_text('{"data_dir": 5, "dataset": "mnist"}'),
              "NOT_UTF8_TOML": lambda: (tmp_path / "c.toml").write_bytes(b'epsilon = "\xff\xfe"\n'),
              "A_FILE": lambda: (tmp_path / "w.pt").write_bytes(b"not weights"),
+             "A_FIFO": lambda: os.mkfifo(tmp_path / "fifo"),
+             "A_LINK_TO_A_FIFO": lambda: (os.mkfifo(tmp_path / "fifo"), os.symlink("fifo", tmp_path / "l")),
+             "A_CHAR_DEVICE": lambda: private_null_device(tmp_path / "null"),
              **{k: (lambda n=n, t=t: (tmp_path / n).write_text(t)) for k, (n, t) in CONFIG_FILES.items()}}
     paths = {"DATA_DIR_5": tmp_path / "c.json", "NOT_UTF8_TOML": tmp_path / "c.toml", "A_FILE": tmp_path / "w.pt",
-             "A_FOLDER": tmp_path, "RUN": run_id, **{k: tmp_path / n for k, (n, _) in CONFIG_FILES.items()}}
+             "A_FOLDER": tmp_path, "RUN": run_id, "A_FIFO": tmp_path / "fifo", "A_LINK_TO_A_FIFO": tmp_path / "l",
+             "A_CHAR_DEVICE": tmp_path / "null", "NEW_DIR": tmp_path / "new" / "cache",
+             **{k: tmp_path / n for k, (n, _) in CONFIG_FILES.items()}}
     for a in argv:
         if a in files:
             files[a]()
@@ -115,6 +133,16 @@ def test_bad_input_is_one_line_naming_the_field(argv, field, stored, tmp_path, c
     one_line_error(argv, field, capsys, cache_dir)
     assert snapshot(cache_dir) == before
     assert set(os.listdir(tmp_path)) == listed and not list(tmp_path.glob(".*.tmp"))
+    for special in ("fifo", "null"):  # still what they were, not replaced by a regular file
+        assert not (tmp_path / special).exists() or not (tmp_path / special).is_file()
+
+
+def private_null_device(path):
+    """A character device like /dev/null (1, 3) of this test's own, where mknod is allowed (root)."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod of a character device needs root")
 
 
 def test_damaged_files_name_the_file_and_what_to_do(stored, tmp_path, capsys):
@@ -138,6 +166,116 @@ def test_damaged_files_name_the_file_and_what_to_do(stored, tmp_path, capsys):
             (cache_dir / extra).unlink(missing_ok=True)
         db.write_bytes(damage)
         assert "damaged" in one_line_error(["list"], "store", capsys, cache_dir)
+
+
+def copied(stored, tmp_path):
+    """A copy of the shared store to damage (its backbones stay a link to the session's cache)."""
+    src, run_id = stored
+    shutil.copytree(src, tmp_path / "cache", symlinks=True)
+    return tmp_path / "cache", run_id
+
+
+def sql(cache_dir, statement, *args):
+    with sqlite3.connect(cache_dir / "runs.sqlite") as c:
+        return c.execute(statement, args).fetchall()
+
+
+def test_garbled_run_rows_are_listed_as_damaged_and_shown_as_one_line(stored, tmp_path, capsys):
+    """A garbled config_json or summary_json: list keeps listing the others and marks each damaged row
+    with what to do; show of it is one line; delete (the advice) still works."""
+    cache_dir, run_id = copied(stored, tmp_path)
+    for rid, col, text in (("bad00001-000000", "config_json", "{not json"), ("bad00002-000000", "summary_json", "[1")):
+        sql(cache_dir, "INSERT INTO runs SELECT ?, config_hash, config_json, status, created + 1, started, finished, "
+            "owner, step, total_steps, summary_json, error FROM runs WHERE run_id=?", rid, run_id)
+        sql(cache_dir, f"UPDATE runs SET {col}=? WHERE run_id=?", text, rid)
+    before = snapshot(cache_dir)
+    assert cli.main(["--cache-dir", str(cache_dir), "list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("finished") and run_id in lines[0] and len(lines) == 3
+    for line, col in zip(lines[1:], ("config_json", "summary_json")):
+        assert line.startswith("damaged") and col in line and "dpviz delete" in line, line
+    assert cli.main(["--cache-dir", str(cache_dir), "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in rows] == ["finished", "damaged", "damaged"] and "bad00001" in rows[1]["error"]
+    assert "config_json" in one_line_error(["show", "bad00001-000000"], "bad00001-000000", capsys, cache_dir)
+    assert "summary_json" in one_line_error(["show", "bad00002-000000"], "bad00002-000000", capsys, cache_dir)
+    assert snapshot(cache_dir) == before
+    assert cli.main(["--cache-dir", str(cache_dir), "delete", "bad00001-000000"]) == 0
+
+
+def test_a_garbled_cached_analysis_is_computed_again(stored, tmp_path, capsys):
+    cache_dir, run_id = copied(stored, tmp_path)
+    argv = ["--cache-dir", str(cache_dir), "analyze", "knn", run_id, "--json"]
+    assert cli.main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    sql(cache_dir, "UPDATE analyses SET result_json='{garbage' WHERE name='knn'")
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    assert [json.loads(r) for r, in sql(cache_dir, "SELECT result_json FROM analyses WHERE name='knn'")] == [first]
+
+
+def test_a_foreign_file_at_a_feature_checkpoint_is_one_line_naming_it(stored, tmp_path, capsys):
+    """Another program's npz, or a weights file, where a features step_*.npz belongs."""
+    cache_dir, run_id = copied(stored, tmp_path)
+    feats = sorted((cache_dir / "runs" / run_id / "features").glob("*.npz"))[-1]
+    weights = sorted((cache_dir / "runs" / run_id / "weights").glob("*.pt"))[-1]
+    for plant in (lambda: np.savez(feats.with_suffix(""), a=np.zeros(3), labels=np.zeros(2)),
+                  lambda: shutil.copy(weights, feats)):
+        plant()
+        before = snapshot(cache_dir)
+        for argv in (["analyze", "knn", run_id], ["features", run_id, "--out", str(tmp_path / "f.npz")]):
+            line = one_line_error(argv, str(feats), capsys, cache_dir)
+            assert "expected features" in line and f"dpviz delete {run_id}" in line
+        assert snapshot(cache_dir) == before and not (tmp_path / "f.npz").exists()
+
+
+def test_a_damaged_cached_backbone_gives_way_to_the_shipped_one(stored, tmp_path, capsys):
+    """Random bytes in the store's copy of the default backbone (which comes before the shipped one):
+    `run` trains from the shipped copy, removes the damaged one and says so in one line."""
+    from dpviz.models import pretrain
+
+    cache_dir, run_id = copied(stored, tmp_path)
+    (cache_dir / "backbones").unlink()
+    (cache_dir / "backbones").mkdir()
+    damaged = cache_dir / "backbones" / f"{pretrain.cache_key('cnn', 1, 16)}.pt"
+    damaged.write_bytes(os.urandom(5000))
+    argv = ["--cache-dir", str(cache_dir), "run", "--strategy", "lp", "--epochs", "1", "--batch-size", "256",
+            "--eval-every", "5", "--force", "--quiet", "--json"]  # the stored run's configuration, trained again
+    assert cli.main(argv) == 0
+    out = capsys.readouterr()
+    warned = [line for line in out.err.splitlines() if line.startswith("dpviz:")]
+    assert len(warned) == 1 and str(damaged) in warned[0] and "copy dpviz ships" in warned[0], out.err
+    assert cli.main(["--cache-dir", str(cache_dir), "show", run_id, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert not damaged.exists() and json.loads(out.out)["test_accuracy"] == first["test_accuracy"]
+
+
+def test_an_emptied_database_beside_run_folders_is_one_line(stored, tmp_path, capsys):
+    """A zero-length runs.sqlite would open as an empty store, its run folders orphaned: refused, untouched."""
+    cache_dir, run_id = copied(stored, tmp_path)
+    for extra in ("runs.sqlite-wal", "runs.sqlite-shm"):
+        (cache_dir / extra).unlink(missing_ok=True)
+    (cache_dir / "runs.sqlite").write_bytes(b"")
+    listed = sorted(os.listdir(cache_dir))
+    for argv in (["list"], ["show", run_id]):
+        line = one_line_error(argv, "runs.sqlite", capsys, cache_dir)
+        assert "empty (0 bytes)" in line and "holds 1 run folder" in line and "backup" in line
+    assert (cache_dir / "runs.sqlite").stat().st_size == 0 and sorted(os.listdir(cache_dir)) == listed
+
+
+def test_an_immutable_store_folder_is_called_read_only_not_damaged(stored, tmp_path, capsys):
+    cache_dir, run_id = copied(stored, tmp_path)
+    with sqlite3.connect(cache_dir / "runs.sqlite") as c:  # fold the WAL in, then remove its files, which the
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")        # immutable folder cannot create again
+    for extra in ("runs.sqlite-wal", "runs.sqlite-shm"):
+        (cache_dir / extra).unlink(missing_ok=True)
+    if subprocess.run(["chattr", "+i", str(cache_dir)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        line = one_line_error(["list"], str(cache_dir), capsys, cache_dir)
+        assert "read-only" in line and "damaged" not in line, line
+    finally:
+        subprocess.run(["chattr", "-i", str(cache_dir)], check=True)
 
 
 def test_the_export_wrapper_never_follows_a_planted_link(tmp_path, monkeypatch):

@@ -273,3 +273,21 @@ def test_a_store_written_before_artifact_stamps_still_opens_and_reads(tmp_path):
     s.put_analysis(rid, 8, "knn", '{"k": 5}', {"accuracy": 0.6})  # new rows beside old ones
     assert Store(tmp_path).get_analysis(rid, 8, "knn", '{"k": 5}') == {"accuracy": 0.6}
     assert s.get_analysis(rid, 4, "knn", '{"k": 5}') == {"accuracy": 0.5}
+
+
+def test_a_garbled_run_row_is_left_out_or_marked_and_can_still_be_deleted(tmp_path):
+    """Garbled JSON in a runs row: lists leave it out (or mark it when asked), lookups say what to do, the
+    cache never answers from it, and delete (the advice) removes it."""
+    s = Store(tmp_path)
+    good, bad = s.create_run("a" * 16, "{}"), s.create_run("a" * 16, "{}")
+    for rid in (good, bad):
+        s.finish_run(rid, "finished", summary={"run_id": rid})
+    with sqlite3.connect(s.db) as c:
+        c.execute("UPDATE runs SET summary_json='{\"cut' WHERE run_id=?", (bad,))
+    assert [r["run_id"] for r in s.list_runs()] == [good]
+    marked = s.list_runs(damaged=True)
+    assert [r["status"] for r in marked] == ["finished", "damaged"] and "summary_json" in marked[1]["error"]
+    _one_line_error(lambda: s.get_run(bad), bad, "summary_json", f"dpviz delete {bad}")
+    assert s.find_finished("a" * 16)["run_id"] == good  # the newer, garbled one answers nothing
+    s.delete_run(bad)
+    assert [r["run_id"] for r in s.list_runs(damaged=True)] == [good]

@@ -41,7 +41,10 @@ def cached(store: Store, run_id: str, name: str, *, step: int | None = None, **p
 
 
 def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **params) -> dict:
-    """The result of analysis ``name`` on a checkpoint (the last one by default), computed once."""
+    """The result of analysis ``name`` on a checkpoint (the last one by default), computed once.
+
+    A stored result whose JSON is garbled counts as missing (`Store.get_analysis` gives None): it is
+    computed again and the new row replaces it, rather than failing on a cache entry."""
     step = resolve_step(store, run_id, step)
     key = cache_key(store, run_id, name, params)
     if (hit := store.get_analysis(run_id, step, name, key)) is not None:

@@ -16,10 +16,9 @@ key, and the backbone is pretrained again.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
+import sys
 from pathlib import Path
 
 import torch
@@ -27,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.public import NUM_CLASSES, random_process_images
+from ..errors import BackboneError, load_failure
+from ..safefile import locked, write_atomic
 from . import Classifier, build_backbone
 
 SHIPPED = Path(__file__).with_name("weights")
@@ -70,20 +71,49 @@ def pretrain(name: str, *, channels: int, size: int, device: str = "cpu") -> tup
 
 def pretrained_backbone(name: str, *, channels: int, size: int, cache_dir: Path,
                         device: str = "cpu") -> nn.Module:
-    """The cached pretrained backbone, pretraining it first if needed."""
-    folder = Path(cache_dir) / "backbones"
+    """The cached pretrained backbone, pretraining it first if needed.
+
+    The store's copy comes first, then the one dpviz ships. A store copy that does not load (a foreign
+    or truncated file) is removed, with a one-line warning on stderr saying whether the shipped copy is
+    used instead or the backbone is pretrained again. The lock and the new file are never opened
+    through a link planted in the folder (`dpviz.safefile`).
+    """
+    folder = Path(cache_dir) / "backbones"  # may itself be a link: a backbone cache shared between stores
     folder.mkdir(parents=True, exist_ok=True)
     key = cache_key(name, channels, size)
-    path = folder / f"{key}.pt"
-    if not path.exists() and (SHIPPED / f"{key}.pt").exists():
-        path = SHIPPED / f"{key}.pt"  # read-only, never written: the package's copy
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one pretraining per backbone at a time
-        if not path.exists():
-            backbone, acc = pretrain(name, channels=channels, size=size, device=device)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            torch.save({"state_dict": backbone.state_dict(), "public_accuracy": acc}, tmp)
-            os.replace(tmp, path)  # atomic: a killed pretraining leaves no half file
+    path, shipped = folder / f"{key}.pt", SHIPPED / f"{key}.pt"
+    with locked(folder / ".lock"):  # one pretraining per backbone at a time
+        backbone = _cached(path, shipped, name, channels, size)
+        if backbone is None and shipped.exists():
+            try:  # read-only, never written: the package's copy
+                return _load(shipped, name, channels, size)
+            except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
+                raise BackboneError(f"backbone {shipped}: the copy dpviz ships cannot be loaded "
+                                    f"({load_failure(e)}); reinstall dpviz") from None
+        if backbone is None:
+            trained, acc = pretrain(name, channels=channels, size=size, device=device)
+            state = {"state_dict": trained.state_dict(), "public_accuracy": acc}
+            write_atomic(path, lambda f: torch.save(state, f))  # a killed pretraining leaves no half file
+            backbone = build_backbone(name, channels=channels, size=size)  # fresh, as a loaded one is
+            backbone.load_state_dict(state["state_dict"])
+    return backbone
+
+
+def _load(path: Path, name: str, channels: int, size: int) -> nn.Module:
     backbone = build_backbone(name, channels=channels, size=size)
     backbone.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
     return backbone
+
+
+def _cached(path: Path, shipped: Path, name: str, channels: int, size: int) -> nn.Module | None:
+    """The store's copy; None when there is none, or when it does not load (then it is removed)."""
+    if not path.exists():
+        return None
+    try:
+        return _load(path, name, channels, size)
+    except Exception as e:  # noqa: BLE001 - whatever is wrong with it, the cure is the same
+        then = f"using the copy dpviz ships ({shipped})" if shipped.exists() else "pretraining it again"
+        print(f"dpviz: warning: backbone cache {path} is damaged ({load_failure(e)}); removed it, {then}",
+              file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return None

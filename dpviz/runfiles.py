@@ -1,0 +1,89 @@
+"""A run's artifact files (features, weights, model, mask): the `Store` methods that write and read them.
+
+Every file is written atomically under a fresh name (`dpviz.safefile.write_atomic`) in folders
+checked not to be links, and read back through `dpviz.artifacts`, which checks its kind and schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import artifacts
+from .errors import StoreError
+from .safefile import real_folder, write_atomic
+
+
+class RunFiles:
+    """Mixed into `dpviz.store.Store`, which sets ``root`` (the store folder)."""
+
+    root: Path
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def _file(self, run_id: str, *parts: str) -> Path:
+        return self.run_dir(run_id).joinpath(*parts)
+
+    def _new_file(self, run_id: str, *parts: str) -> Path:
+        """Where to write an artifact: its folders made, none of them a link (`safefile.real_folder`)."""
+        return real_folder(self.root, "runs", run_id, *parts[:-1]) / parts[-1]
+
+    def save_features(self, run_id: str, step: int, arrays: dict[str, np.ndarray]) -> Path:
+        """The arrays of a feature checkpoint (per-layer features, labels), stamped as features."""
+        path = self._new_file(run_id, "features", f"step_{step:06d}.npz")
+        write_atomic(path, lambda f: artifacts.write_npz(f, "features", arrays))
+        return path
+
+    def feature_steps(self, run_id: str) -> list[int]:
+        folder = self.run_dir(run_id) / "features"
+        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.exists() else []
+
+    def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
+        """Exactly the arrays `save_features` was given (old unstamped files read as they are)."""
+        path = self._file(run_id, "features", f"step_{step:06d}.npz")
+        if not path.exists():
+            raise StoreError(f"step: run {run_id} has no features at step {step} "
+                             f"(has {self.feature_steps(run_id)})")
+        return artifacts.read_npz(path, "features")
+
+    def save_weights(self, run_id: str, step: int, state: dict) -> Path:
+        """The model's state dict at a checkpoint (curvature analyses reload it)."""
+        path = self._new_file(run_id, "weights", f"step_{step:06d}.pt")
+        state = {k: v.detach().cpu() for k, v in state.items()}
+        write_atomic(path, lambda f: artifacts.write_pt(f, "weights", {"state_dict": state}))
+        return path
+
+    def load_weights(self, run_id: str, step: int) -> dict:
+        """The state dict saved at ``step`` (old bare state dicts read as they are)."""
+        path = self._file(run_id, "weights", f"step_{step:06d}.pt")
+        if not path.exists():
+            raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
+                             f"curvature analyses existed keep features only)")
+        return artifacts.read_pt(path, "weights")["state_dict"]
+
+    def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
+        """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
+        path = self._new_file(run_id, "model.pt")
+        state = {k: v.detach().cpu() for k, v in state_dict.items()}
+        write_atomic(path, lambda f: artifacts.write_pt(f, "model", {"state_dict": state, "config": config}))
+        return path
+
+    def load_model(self, run_id: str) -> dict:
+        """{"state_dict": ..., "config": ...} of the run's final model."""
+        path = self._file(run_id, "model.pt")
+        if not path.exists():
+            raise StoreError(f"run_id: run {run_id} has no final model (it has not finished, or is not stored)")
+        return artifacts.read_pt(path, "model")
+
+    def save_mask(self, run_id: str, doc: dict) -> Path:
+        """A sparse run's mask document ({step, selection, sparsity, mask, rows_per_layer})."""
+        path = self._new_file(run_id, "mask.json")
+        write_atomic(path, lambda f: artifacts.write_json(f, "mask", doc))
+        return path
+
+    def load_mask(self, run_id: str) -> dict | None:
+        """The document `save_mask` was given, or None when the run has no mask."""
+        path = self._file(run_id, "mask.json")
+        return artifacts.read_json(path, "mask", old_keys=("mask",)) if path.exists() else None
