@@ -7,7 +7,8 @@ import math
 import streamlit as st
 
 from dpviz import autotune, calibration, strategies
-from dpviz.config import ACCOUNTANTS, AUTO, BACKBONES, CLIPPINGS, DATASETS, OPTIMIZERS, RunConfig
+from dpviz import catalog
+from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, RunConfig
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -57,11 +58,15 @@ def _strategy_widgets() -> dict:
 
 def _model_widgets() -> dict:
     c1, c2, c3, c4 = st.columns(4)
-    dataset = c1.selectbox("dataset", DATASETS, key="f_dataset")
-    data_dir = c2.text_input("data folder (real datasets)", key="f_data_dir",
-                             disabled=dataset in ("digits", "glyphs", "synthetic"))
-    backbone = c3.selectbox("backbone", BACKBONES, key="f_backbone")
-    weights = c4.text_input("weights file (torchvision/timm)", key="f_weights", disabled=backbone in ("cnn", "vit"))
+    dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), key="f_dataset",
+                           format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
+    data = catalog.DATASETS[dataset]
+    data_dir = c2.text_input("data folder (real datasets)", key="f_data_dir", disabled=not data.needs_data_dir,
+                             help=f"holding {data.files}" if data.files else None)
+    backbone = c3.selectbox("backbone", tuple(catalog.BACKBONES), key="f_backbone",
+                            format_func=lambda n: f"{n} — {catalog.BACKBONES[n].label}")
+    weights = c4.text_input("weights file (torchvision/timm)", key="f_weights",
+                            disabled=not catalog.BACKBONES[backbone].needs_weights)
     return {"dataset": dataset, "data_dir": data_dir or None, "backbone": backbone, "weights": weights or None}
 
 

@@ -25,14 +25,21 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import catalog
 from .config import AUTO_FIELDS, LR_DEFAULTS, RunConfig, switched_off
 
 GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
 """Log-scale search range per auto field (the Tuning page's defaults too); the head tolerates far larger
 steps than the backbone."""
-PROXY_FOR = {"digits": "glyphs"}
-"""The public stand-in of each private dataset a search can use."""
+
+
+def proxy_for(dataset: str) -> str | None:
+    """The public stand-in a search can use for ``dataset`` (its catalogue entry's ``proxy``), or None."""
+    entry = catalog.DATASETS.get(dataset)
+    return entry.proxy if entry else None
+
+
 TRIALS_PER_FIELD = 6
 DEFAULTS = LR_DEFAULTS
 """The fixed rates (set for ε ≈ 1 on the default task) that "auto" falls back to without a proxy."""
@@ -204,7 +211,7 @@ def study_name(cfg: RunConfig, fields) -> str:
     """The name `search` gives (or gave) the study for ``cfg``'s ``fields``, found without creating it."""
     from . import sweeps
 
-    base = search_base(cfg).replace(dataset=PROXY_FOR[cfg.dataset], data_dir=None)
+    base = search_base(cfg).replace(dataset=proxy_for(cfg.dataset), data_dir=None)
     return sweeps.study_name("tune", base, {**sweeps.check_space(_space(fields)), "target": cfg.dataset})
 
 
@@ -230,7 +237,7 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
 
     trials = trials or trials_for(fields)
     study = sweeps.create_search(search_base(cfg), _space(fields), trials=trials, seed=seed,
-                                 proxy=PROXY_FOR[cfg.dataset], cache_dir=cache_dir)
+                                 proxy=proxy_for(cfg.dataset), cache_dir=cache_dir)
     if not study.get_trials(deepcopy=False):  # start from an even log grid, not TPE's random start-up
         for point in start_points(fields, trials):
             study.enqueue_trial(point)
@@ -298,7 +305,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         return cfg.replace(**values), Resolution(
             values=values, source="shipped", proxy=entry["proxy"], study=entry.get("study"),
             trials=entry.get("trials", 0), note=f"shipped grid (tuned on {entry['proxy']}, a power law in ε, interpolated)")
-    proxy = PROXY_FOR.get(cfg.dataset)
+    proxy = proxy_for(cfg.dataset)
     if proxy is None:
         return cfg.replace(**defaults), Resolution(
             values=defaults, source="default",

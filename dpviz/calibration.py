@@ -2,7 +2,7 @@
 
 `engine.prepare` builds a run on top of these; the dashboard's form previews a config through
 `preview` as the user edits, which for dpviz's own datasets and backbones imports no torch at all
-(`dpviz.tasks`), and `dpviz.privacy.ahead` calibrates in a second process while a command imports
+(`dpviz.catalog`), and `dpviz.privacy.ahead` calibrates in a second process while a command imports
 torch.
 """
 
@@ -13,7 +13,8 @@ from .config import RunConfig, total_steps
 from .errors import ConfigError
 from .privacy import accounting
 from .privacy.accounting import Phase
-from .tasks import DATASETS, Shape, static_shape
+from .catalog import Shape, static_shape
+from . import catalog
 
 
 def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
@@ -33,8 +34,8 @@ def check_delta(cfg: RunConfig, n: int) -> None:
 
 def check_public(cfg: RunConfig, private: Shape) -> None:
     """The continual strategy's public data must look like the private task (shape, classes)."""
-    pub = DATASETS[cfg.public_dataset]  # public datasets are dpviz's own: sized without loading
-    if pub[1:] != private[1:]:
+    pub = catalog.dataset(cfg.public_dataset).shape  # public datasets are dpviz's own: sized without loading
+    if pub is not None and pub[1:] != private[1:]:
         raise ConfigError("public_dataset", f"a public dataset with the private data's shape and classes "
                           f"({private.channels}×{private.size}×{private.size}, {private.num_classes} classes); "
                           f"{cfg.public_dataset} has {pub.channels}×{pub.size}×{pub.size}, {pub.num_classes}",
@@ -68,7 +69,7 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
 
 
 def task_shape(cfg: RunConfig) -> tuple[Shape, int]:
-    """(dataset shape, block count): from `dpviz.tasks` where fixed, else by loading data and backbone."""
+    """(dataset shape, block count): from `dpviz.catalog` where fixed, else by loading data and backbone."""
     return static_shape(cfg) or loaded_shape(cfg)
 
 

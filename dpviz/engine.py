@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import data, errors, models, optim, strategies
+from . import catalog, data, errors, models, optim, strategies
 from .calibration import calibrated_phases, check_delta, check_public, preview
 from .config import RunConfig
 from .errors import ConfigError
 from .models.pretrain import pretrained_backbone
-from .tasks import Shape
+from .catalog import Shape
 from .privacy import accounting, dpsgd
 from .privacy.accounting import Phase
 
@@ -54,7 +54,7 @@ def resolve_device(name: str) -> str:
 
 
 def build_backbone(cfg: RunConfig, bundle: data.Bundle, cache_dir) -> nn.Module:
-    if cfg.backbone in ("cnn", "vit"):
+    if catalog.backbone(cfg.backbone).own:
         return pretrained_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, cache_dir=cache_dir)
     return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
 
@@ -99,7 +99,7 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
 def load_public(cfg: RunConfig, bundle: data.Bundle) -> data.Bundle:
     """The continual strategy's public data; it must look like the private task (shape, classes)."""
     check_public(cfg, Shape(bundle.n, bundle.channels, bundle.size, bundle.num_classes))
-    return data.LOADERS[cfg.public_dataset](None)
+    return catalog.dataset(cfg.public_dataset).load(None)
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:

@@ -154,15 +154,16 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
         space: ranges of `TUNABLE` fields.
         trials: the study's budget: workers stop once that many trials are finished or running.
         seed: TPE's seed.
-        proxy: a public dataset (one of `config.PUBLIC_DATASETS`) to run the trials on instead of the private one, under the
+        proxy: a public dataset (`catalog.public_datasets()`) to run the trials on instead of the private one, under the
             same ε so the hyperparameters suit the same noise. ``None`` tunes on the private data: every
             trial then spends privacy that no single run's ε includes.
     """
     target = base
     if proxy is not None:
-        from .config import PUBLIC_DATASETS as PUBLIC
+        from .catalog import public_datasets
         from .errors import ConfigError
 
+        PUBLIC = public_datasets()
         if proxy not in PUBLIC or proxy == base.dataset:
             raise ConfigError("proxy", f"a public dataset dpviz generates ({', '.join(PUBLIC)}), "
                               f"not the private one", proxy)

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import figures, results, sweeps
+from dpviz import catalog, figures, results, sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 
@@ -23,7 +23,7 @@ fractions = c2.multiselect("LP fractions p", [round(0.1 * i, 1) for i in range(1
                            default=[round(0.1 * i, 1) for i in range(11)], key="bu_p")
 seeds = c3.multiselect("seeds", list(range(5)), default=[0], key="bu_seeds")
 c = st.columns(5)
-base_fields = {"backbone": c[0].selectbox("backbone", ["cnn", "vit"], key="bu_backbone"),
+base_fields = {"backbone": c[0].selectbox("backbone", catalog.own_backbones(), key="bu_backbone"),
                "epochs": int(c[1].number_input("epochs", 1, 500, 20, key="bu_epochs")),
                "lr_lp": c[2].number_input("LR (LP)", 1e-5, 100.0, 0.5, format="%.4g", key="bu_lr_lp"),
                "lr_ft": c[3].number_input("LR (FT)", 1e-5, 100.0, 0.01, format="%.4g", key="bu_lr_ft")}

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import figures, results, strategies, sweeps
+from dpviz import catalog, figures, results, strategies, sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 
@@ -29,7 +29,7 @@ sels = c[2].multiselect("methods", SELECTIONS, default=list(SELECTIONS), key="sp
 seeds = c[3].multiselect("seeds", list(range(5)), default=[0], key="sp_seeds")
 c = st.columns([2, 2, 2, 3, 2])
 epochs = int(c[0].number_input("epochs", 3, 500, 20, key="sp_epochs"))
-backbone = c[1].selectbox("backbone", ["cnn", "vit"], key="sp_backbone")
+backbone = c[1].selectbox("backbone", catalog.own_backbones(), key="sp_backbone")
 with_fft = c[2].checkbox("include full DP-FFT", value=True, key="sp_fft")
 ranks = c[3].multiselect("DP-LoRA ranks r", [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="sp_lora",
                          help="low-rank adapters on every Conv/Linear layer, beside the sparse methods")

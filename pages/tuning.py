@@ -6,7 +6,8 @@ import streamlit as st
 
 from dashboard import layout, runs, state, studies
 from dpviz import autotune, figures, strategies, sweeps
-from dpviz.config import PUBLIC_DATASETS as PUBLIC, RunConfig
+from dpviz import catalog
+from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
 
 layout.page_setup("Tuning", r"""
@@ -32,7 +33,7 @@ c = st.columns([2, 2, 4, 1, 1])
 names = list(strategies.names())
 strategy = c[0].selectbox("strategy", names, index=names.index("fft"), key="tu_strategy")
 eps = c[1].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="tu_eps")
-where = c[2].radio("tune on", [f"public proxy: {p}" for p in PUBLIC] + [PRIVATE], key="tu_where", horizontal=True)
+where = c[2].radio("tune on", [f"public proxy: {p}" for p in catalog.public_datasets()] + [PRIVATE], key="tu_where", horizontal=True)
 trials = int(c[3].number_input("trials", 2, 500, 12, key="tu_trials"))
 workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="tu_workers"))
 proxy = None if where == PRIVATE else where.split(": ")[1]

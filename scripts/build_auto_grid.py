@@ -46,7 +46,7 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log) -> d
         log(f"{backbone} {strategy} ε={eps} {dict(zip(axes, ax))}: {points[-1]['values']} "
             f"(glyphs acc {best.value:.3f}, {time.time() - t0:.0f} s)")
     return {"key": key, "backbone": backbone, "strategy": strategy, "axes": list(axes),
-            "proxy": autotune.PROXY_FOR["digits"], "trials": autotune.trials_for(fields), "points": points}
+            "proxy": autotune.proxy_for("digits"), "trials": autotune.trials_for(fields), "points": points}
 
 
 def main() -> None:

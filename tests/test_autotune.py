@@ -5,11 +5,12 @@ import math
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
 import dpviz
-from dpviz import autotune, data
+from dpviz import autotune, catalog, data
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.store import Store
@@ -28,7 +29,7 @@ def no_private_reads(monkeypatch):
     """Reading the private digits fails: whatever resolves "auto" must not need them."""
     def refuse(cfg):
         raise AssertionError("private data read")
-    monkeypatch.setitem(data.LOADERS, "digits", refuse)
+    monkeypatch.setitem(catalog.DATASETS, "digits", replace(catalog.DATASETS["digits"], loader=refuse))
 
 
 def test_a_search_reads_no_private_data_is_deterministic_and_cached(searching, no_private_reads, cache_dir):

@@ -1,6 +1,7 @@
 """Public-to-private continual training: no private record before the switch; ε counts only DP steps."""
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from opacus.accountants import create_accountant
 
 import dpviz
-from dpviz import calibration, data, engine, strategies
+from dpviz import calibration, catalog, data, engine, strategies
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.store import Store
@@ -17,13 +18,13 @@ from dpviz.store import Store
 @pytest.fixture
 def poisoned_private(monkeypatch):
     """Private training images all NaN: any step that touches them turns loss and weights into NaN."""
-    real = data.LOADERS["digits"]
+    real = catalog.DATASETS["digits"]
 
     def load(cfg=None):
-        b = real(cfg)
+        b = real.load(cfg)
         b.x_train = torch.full_like(b.x_train, math.nan)
         return b
-    monkeypatch.setitem(data.LOADERS, "digits", load)
+    monkeypatch.setitem(catalog.DATASETS, "digits", replace(real, loader=load))
 
 
 def losses(store, run_id):

@@ -94,13 +94,14 @@ def test_synthetic_is_linearly_separable_with_margin():
 
 
 def test_the_static_task_table_is_what_loading_gives():
-    """`dpviz.tasks` sizes previews and early accounting without torch: every entry must be what
-    loading the dataset and building the backbone give (a drift would calibrate σ for the wrong n)."""
-    from dpviz import tasks
+    """The catalogue sizes previews and early accounting without torch: every fixed shape and block count
+    must be what loading the dataset and building the backbone give (a drift would calibrate σ for the
+    wrong n)."""
+    from dpviz import catalog
     from dpviz.calibration import loaded_shape
 
-    for dataset in tasks.DATASETS:
-        for backbone in tasks.BLOCKS:
+    for dataset in [n for n, d in catalog.DATASETS.items() if d.shape]:
+        for backbone in [n for n, b in catalog.BACKBONES.items() if b.blocks]:
             cfg = RunConfig(dataset=dataset, backbone=backbone)
-            assert tasks.static_shape(cfg) == loaded_shape(cfg), (dataset, backbone)
-    assert tasks.static_shape(RunConfig(dataset="mnist", data_dir="/x")) is None  # files: sized by loading
+            assert catalog.static_shape(cfg) == loaded_shape(cfg), (dataset, backbone)
+    assert catalog.static_shape(RunConfig(dataset="mnist", data_dir="/x")) is None  # files: sized by loading

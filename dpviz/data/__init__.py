@@ -8,11 +8,10 @@ normalise it (a mean computed on private data would itself leak).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from ..errors import ConfigError
+from .. import catalog
 
 
 @dataclass
@@ -55,31 +54,11 @@ class Bundle:
         return self.x_test[idx], self.y_test[idx]
 
 
-LOADERS: dict[str, Callable] = {}
-
-
-def register(name: str):
-    def deco(fn):
-        LOADERS[name] = fn
-        return fn
-    return deco
-
-
 def to_unit_range(x: torch.Tensor, max_value: float) -> torch.Tensor:
     """Scale raw pixels in [0, max_value] to [-1, 1] with fixed constants."""
     return (x.float() / max_value) * 2.0 - 1.0
 
 
 def load(cfg) -> Bundle:
-    """Load the private dataset named by ``cfg.dataset``."""
-    if cfg.dataset not in LOADERS:
-        raise ConfigError("dataset", f"one of {', '.join(sorted(LOADERS))}", cfg.dataset)
-    return LOADERS[cfg.dataset](cfg)
-
-
-from . import digits, glyphs, synthetic  # noqa: E402,F401  (registration)
-
-try:  # real on-disk formats (torchvision, image folders)
-    from . import files  # noqa: E402,F401
-except ImportError:  # pragma: no cover - module added separately
-    pass
+    """Load the dataset named by ``cfg.dataset`` (an entry of `dpviz.catalog`)."""
+    return catalog.dataset(cfg.dataset).load(cfg)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import Bundle, register, to_unit_range
+from . import Bundle, to_unit_range
 
 SIZE = 16
 # scikit-learn's ``train_test_split(range(1797), test_size=0.2, stratify=y, random_state=0)``, stored
@@ -48,7 +48,6 @@ def _sk_arrays() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
-@register("digits")
 def load_digits(cfg=None) -> Bundle:
     x, y, tr, te = _arrays()
     return Bundle("digits", x[tr].clone(), y[tr].clone(), x[te].clone(), y[te].clone(), 10)

@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from ..errors import ConfigError
-from . import Bundle, register, to_unit_range
+from . import Bundle, to_unit_range
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 FOLDER_SIZE = 32
@@ -100,12 +100,10 @@ def _mnist(name: str, title: str, folder: str, cfg) -> Bundle:
     return _bundle(name, splits[0], splits[1], 10)
 
 
-@register("mnist")
 def load_mnist(cfg) -> Bundle:
     return _mnist("mnist", "MNIST", "MNIST", cfg)
 
 
-@register("fashion-mnist")
 def load_fashion_mnist(cfg) -> Bundle:
     return _mnist("fashion-mnist", "Fashion-MNIST", "FashionMNIST", cfg)
 
@@ -139,7 +137,6 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return x.reshape(-1, 3, 32, 32), y
 
 
-@register("cifar10")
 def load_cifar10(cfg) -> Bundle:
     root = Path(cfg.data_dir)
     d = root / "cifar-10-batches-py"
@@ -166,7 +163,6 @@ def _stl_split(d: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-@register("stl10")
 def load_stl10(cfg) -> Bundle:
     root = Path(cfg.data_dir)
     d = root / "stl10_binary"
@@ -199,7 +195,6 @@ def _read_images(paths: list[Path]) -> np.ndarray:
     return np.stack(out).transpose(0, 3, 1, 2)
 
 
-@register("folder")
 def load_folder(cfg) -> Bundle:
     root = Path(cfg.data_dir)
     expected = (f"expected {root}/<class>/*.png|jpg|... or {root}/train/<class>/* "

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from . import Bundle, register
+from . import Bundle
 from .public import _polyline
 
 N_TRAIN, N_TEST, SIZE = 1500, 500, 16
@@ -86,7 +86,6 @@ def _bundle() -> Bundle:
     return Bundle("glyphs", x[:N_TRAIN], y[:N_TRAIN], x[N_TRAIN:], y[N_TRAIN:], 10)
 
 
-@register("glyphs")
 def load_glyphs(cfg=None) -> Bundle:
     b = _bundle()
     return Bundle(b.name, b.x_train.clone(), b.y_train.clone(), b.x_test.clone(), b.y_test.clone(), 10)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Bundle, register
+from . import Bundle
 
 N_TRAIN, N_TEST, SIZE, MARGIN = 2000, 500, 16, 0.1
 
@@ -27,7 +27,6 @@ def separable(n: int, *, d: int = SIZE * SIZE, margin: float = MARGIN, seed: int
     return x, (x @ z > 0).long()
 
 
-@register("synthetic")
 def load_synthetic(cfg=None) -> Bundle:
     x, y = separable(N_TRAIN + N_TEST, seed=1)
     # Scale so most pixels fall in [-1, 1] like the image datasets.

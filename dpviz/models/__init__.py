@@ -14,21 +14,10 @@ Every backbone is an ``nn.Module`` with:
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import nn
 
-from ..errors import ConfigError
-
-BUILDERS: dict[str, Callable] = {}
-
-
-def register(name: str):
-    def deco(fn):
-        BUILDERS[name] = fn
-        return fn
-    return deco
+from .. import catalog
 
 
 class Classifier(nn.Module):
@@ -44,23 +33,14 @@ class Classifier(nn.Module):
 
 
 def build_backbone(name: str, *, channels: int, size: int, weights: str | None = None) -> nn.Module:
-    """Build the backbone ``name`` for inputs of shape (channels, size, size).
+    """Build the backbone ``name`` (an entry of `dpviz.catalog`) for inputs of shape (channels, size, size).
 
     Built-in backbones come back randomly initialised (the engine pretrains
     them on public data and caches the weights); torchvision/timm backbones
     load ``weights``.
     """
-    if name in EXTERNAL and name not in BUILDERS:
-        from . import external  # noqa: F401  (torchvision/timm: imported only when asked for)
-    if name not in BUILDERS:
-        raise ConfigError("backbone", f"one of {', '.join(sorted(BUILDERS))}", name)
-    return BUILDERS[name](channels=channels, size=size, weights=weights)
+    return catalog.backbone(name).build(channels=channels, size=size, weights=weights)
 
 
 def count_blocks(backbone: nn.Module) -> int:
     return len(backbone.blocks)
-
-
-from . import cnn, vit  # noqa: E402,F401  (registration)
-
-EXTERNAL = ("resnet18", "resnet50", "vit_tiny", "vit_small", "deit_tiny", "deit_small")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import register
 
 WIDTHS = (16, 32, 64)
 
@@ -51,6 +50,5 @@ class SmallCNN(nn.Module):
         return out
 
 
-@register("cnn")
 def build_cnn(*, channels: int, size: int, weights=None) -> SmallCNN:
     return SmallCNN(channels)

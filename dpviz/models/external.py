@@ -34,7 +34,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import BackboneError, ConfigError, load_failure
-from . import register
 from .vit import ClsPos, ClsTokenFeatures, register_with_opacus
 
 register_with_opacus()  # this module uses Opacus anyway (its validators)
@@ -227,7 +226,7 @@ def build_timm_vit(name: str, *, channels: int, size: int, weights=None) -> Timm
     return model
 
 
-for _name in ("resnet18", "resnet50"):
-    register(_name)(partial(build_resnet, _name))
-for _name in TIMM_ARCHS:
-    register(_name)(partial(build_timm_vit, _name))
+# the catalogue's builders (`dpviz.catalog`): one per architecture
+build_resnet18, build_resnet50 = partial(build_resnet, "resnet18"), partial(build_resnet, "resnet50")
+build_vit_tiny, build_vit_small = partial(build_timm_vit, "vit_tiny"), partial(build_timm_vit, "vit_small")
+build_deit_tiny, build_deit_small = partial(build_timm_vit, "deit_tiny"), partial(build_timm_vit, "deit_small")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import register
 
 GRID = 4  # the image is cut into GRID × GRID patches whatever its size
 
@@ -105,6 +104,5 @@ class SmallViT(ClsTokenFeatures, nn.Module):
 
 
 
-@register("vit")
 def build_vit(*, channels: int, size: int, weights=None) -> SmallViT:
     return SmallViT(channels, size)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..config import RunConfig, total_steps
 from ..errors import ConfigError
-from ..tasks import static_shape
+from ..catalog import static_shape
 
 
 @dataclass

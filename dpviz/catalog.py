@@ -1,0 +1,196 @@
+"""The catalogue: every dataset and backbone dpviz knows, each declared once.
+
+An entry says what the rest of dpviz needs to know without loading anything: its name and label,
+its modality, its shape and class count (or block count) where fixed, where its data or weights come
+from, the public stand-in that `auto` learning rates are searched on, and where the code that loads
+it lives (a ``"module:function"`` path imported only when it loads, so reading the catalogue imports
+no torch). Config validation, the command line's choices, the run form, the pages, previews,
+`dpviz.autotune` and the tests read it; adding a dataset or a backbone is one `add_dataset` /
+`add_backbone` call in a module of your own (named in ``DPVIZ_PLUGINS`` for the command line and the
+dashboard, as strategies are).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from .errors import ConfigError
+
+MODALITIES = ("image", "text")
+DATA_SOURCES = ("shipped", "generated", "data_dir", "package")
+WEIGHT_SOURCES = ("own", "weights", "package")
+
+
+class Shape(NamedTuple):
+    """A dataset's training-set size n, input shape (channels × size × size) and class count."""
+
+    n: int
+    channels: int
+    size: int
+    num_classes: int
+
+
+def _code(ref: str | Callable) -> Callable:
+    """The function a ``"module:function"`` path names (imported now), or ``ref`` itself."""
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset:
+    """One private (or public) dataset.
+
+    Attributes:
+        name: the value of ``RunConfig.dataset``.
+        label: a few words for menus.
+        source: shipped (with a package dpviz installs), generated (by dpviz: public by construction),
+            data_dir (files in a folder the user gives) or package (an installed data package).
+        loader: ``"module:function"`` (or the function) taking the run's config, returning a `data.Bundle`.
+        modality: image or text.
+        shape: (n, channels, size, classes) where fixed, so previews need not load it; None: by loading.
+        proxy: the public dataset that stands in for it when `auto` learning rates are searched.
+        files: for source data_dir, what the folder must hold (the form's help and the error's).
+    """
+
+    name: str
+    label: str
+    source: str
+    loader: str | Callable
+    modality: str = "image"
+    shape: Shape | None = None
+    proxy: str | None = None
+    files: str = ""
+
+    @property
+    def public(self) -> bool:
+        """Made by dpviz from nothing private: usable as a public phase or a proxy."""
+        return self.source == "generated"
+
+    @property
+    def needs_data_dir(self) -> bool:
+        return self.source == "data_dir"
+
+    def load(self, cfg):
+        return _code(self.loader)(cfg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backbone:
+    """One backbone (the network under the linear head).
+
+    Attributes:
+        name: the value of ``RunConfig.backbone``.
+        label: a few words for menus.
+        source: own (dpviz's, pretrained by dpviz on public data; shipped weights), weights (a local
+            weights file the user gives) or package (weights an installed package ships).
+        builder: ``"module:function"`` (or the function) called with channels, size and weights.
+        modality: image or text.
+        blocks: its block count where fixed at any input shape (previews need not build it); None: by building.
+    """
+
+    name: str
+    label: str
+    source: str
+    builder: str | Callable
+    modality: str = "image"
+    blocks: int | None = None
+
+    @property
+    def own(self) -> bool:
+        return self.source == "own"
+
+    @property
+    def needs_weights(self) -> bool:
+        return self.source == "weights"
+
+    def build(self, *, channels: int, size: int, weights: str | None = None):
+        return _code(self.builder)(channels=channels, size=size, weights=weights)
+
+
+DATASETS: dict[str, Dataset] = {}
+BACKBONES: dict[str, Backbone] = {}
+
+
+def add_dataset(entry: Dataset) -> Dataset:
+    """Register ``entry`` under its name (a later entry of the same name replaces it)."""
+    if entry.modality not in MODALITIES or entry.source not in DATA_SOURCES:
+        raise ValueError(f"dataset {entry.name}: modality in {MODALITIES}, source in {DATA_SOURCES}")
+    DATASETS[entry.name] = entry
+    return entry
+
+
+def add_backbone(entry: Backbone) -> Backbone:
+    """Register ``entry`` under its name (a later entry of the same name replaces it)."""
+    if entry.modality not in MODALITIES or entry.source not in WEIGHT_SOURCES:
+        raise ValueError(f"backbone {entry.name}: modality in {MODALITIES}, source in {WEIGHT_SOURCES}")
+    BACKBONES[entry.name] = entry
+    return entry
+
+
+def dataset(name: str) -> Dataset:
+    """The entry ``name``; a `ConfigError` naming the choices otherwise."""
+    if name not in DATASETS:
+        raise ConfigError("dataset", f"one of {', '.join(DATASETS)}", name)
+    return DATASETS[name]
+
+
+def backbone(name: str) -> Backbone:
+    if name not in BACKBONES:
+        raise ConfigError("backbone", f"one of {', '.join(BACKBONES)}", name)
+    return BACKBONES[name]
+
+
+def public_datasets() -> tuple[str, ...]:
+    return tuple(n for n, d in DATASETS.items() if d.public)
+
+
+def own_backbones() -> tuple[str, ...]:
+    return tuple(n for n, b in BACKBONES.items() if b.own)
+
+
+def static_shape(cfg) -> tuple[Shape, int] | None:
+    """(dataset shape, block count) of ``cfg``'s private task, or None when only loading tells."""
+    d, b = DATASETS.get(cfg.dataset), BACKBONES.get(cfg.backbone)
+    if d is None or b is None or d.shape is None or b.blocks is None:
+        return None
+    return d.shape, b.blocks
+
+
+# --- the built-in entries, in the order menus list them ----------------------------------------------
+_FILES = "dpviz.data.files:"
+for _d in (
+    Dataset(name="digits", label="8×8 handwritten digits (scikit-learn), upsampled", source="shipped",
+            loader="dpviz.data.digits:load_digits", shape=Shape(1437, 1, 16, 10), proxy="glyphs"),
+    Dataset(name="glyphs", label="glyphs (generated by dpviz: public)", source="generated",
+            loader="dpviz.data.glyphs:load_glyphs", shape=Shape(1500, 1, 16, 10)),
+    Dataset(name="synthetic", label="linearly separable points (generated by dpviz: public)", source="generated",
+            loader="dpviz.data.synthetic:load_synthetic", shape=Shape(2000, 1, 16, 2)),
+    Dataset(name="mnist", label="MNIST (your files)", source="data_dir", loader=_FILES + "load_mnist",
+            files="MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte"),
+    Dataset(name="fashion-mnist", label="Fashion-MNIST (your files)", source="data_dir",
+            loader=_FILES + "load_fashion_mnist", files="FashionMNIST/raw/ with MNIST's four file names"),
+    Dataset(name="cifar10", label="CIFAR-10 (your files)", source="data_dir", loader=_FILES + "load_cifar10",
+            files="cifar-10-batches-py/{data_batch_1..5,test_batch}"),
+    Dataset(name="stl10", label="STL-10 (your files)", source="data_dir", loader=_FILES + "load_stl10",
+            files="stl10_binary/{train,test}_{X,y}.bin"),
+    Dataset(name="folder", label="your images, a folder per class", source="data_dir",
+            loader=_FILES + "load_folder", files="{train,test}/<class>/*.png|jpg|…, or <class>/*"),
+):
+    add_dataset(_d)
+
+_EXTERNAL = "dpviz.models.external:"
+for _b in (
+    Backbone(name="cnn", label="dpviz's small CNN (pretrained on public glyph-like images)", source="own",
+             builder="dpviz.models.cnn:build_cnn", blocks=3),
+    Backbone(name="vit", label="dpviz's small ViT (pretrained on public glyph-like images)", source="own",
+             builder="dpviz.models.vit:build_vit", blocks=4),
+    *(Backbone(name=n, label=f"torchvision {n} (your weights file)", source="weights",
+               builder=_EXTERNAL + f"build_{n}") for n in ("resnet18", "resnet50")),
+    *(Backbone(name=n, label=f"timm {n} (your weights file)", source="weights", builder=_EXTERNAL + f"build_{n}")
+      for n in ("vit_tiny", "vit_small", "deit_tiny", "deit_small")),
+):
+    add_backbone(_b)
