@@ -187,12 +187,12 @@ def _point(params: dict, keys) -> tuple:
 
 def fail_stale(study: optuna.Study) -> int:
     """Mark RUNNING trials whose worker process (on this host) is gone as FAIL, so they run again."""
-    from .store import _owner_alive
+    from .store import owner_alive
 
     n = 0
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         owner = t.user_attrs.get("owner")
-        if owner and not _owner_alive(owner):
+        if owner and not owner_alive(owner):
             study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
             n += 1
     return n
