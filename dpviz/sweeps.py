@@ -21,43 +21,15 @@ import hashlib
 import json
 import math
 import os
-from pathlib import Path
 
 import optuna
 
 from .config import RunConfig
 from .errors import ConfigError
-from .store import Store, default_cache_dir, process_token
+from .journal import storage
+from .store import Store, process_token
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def storage(url: str | None, cache_dir=None):
-    """The Optuna storage: a URL (or ``$DPVIZ_STORAGE``), else the journal file in the cache folder.
-
-    Setting ``DPVIZ_STORAGE`` before ``bash run.sh app`` lets one dashboard watch studies that
-    workers on other machines run against a shared PostgreSQL.
-    """
-    url = url or os.environ.get("DPVIZ_STORAGE")
-    if url:
-        return _rdb(url)
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    path = Path(cache_dir or default_cache_dir()) / "optuna.journal"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
-def _rdb(url: str):
-    """Optuna's RDB storage at ``url``; a URL that names no installed database driver, or a database that
-    cannot be opened, is one `ConfigError` naming ``storage``."""
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as e:  # noqa: BLE001 - sqlalchemy raises many kinds; each is one line to the user
-        why = " ".join(str(e).split())[:160]
-        raise ConfigError("storage", "an Optuna storage URL that opens, such as sqlite:///sweeps.db or "
-                          f"postgresql://user@host/db ({type(e).__name__}: {why})", url) from None
 
 
 def _eps(v) -> float:

@@ -62,7 +62,7 @@ def snapshot(cache_dir):
     with sqlite3.connect(cache_dir / "runs.sqlite") as c:
         rows = [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "analyses")]
     files = sorted((str(p.relative_to(cache_dir)), p.stat().st_size) for p in cache_dir.rglob("*")
-                   if p.is_file() and "backbones" not in p.parts and "optuna" not in p.name and "lock" not in p.name)
+                   if p.is_file() and "backbones" not in p.parts and "lock" not in p.name)
     return rows, files
 
 
@@ -114,6 +114,31 @@ def test_damaged_files_name_the_file_and_what_to_do(stored, tmp_path, capsys):
             (cache_dir / extra).unlink(missing_ok=True)
         db.write_bytes(damage)
         assert "damaged" in one_line_error(["list"], "store", capsys, cache_dir)
+
+
+def test_a_damaged_optuna_journal_is_one_line_naming_it(stored, tmp_path, capsys):
+    """A cut or garbled journal: sweep, worker, tune and a run whose "auto" rates would read it each say
+    which file and what to do, and change nothing; a run with explicit rates does not read it and runs."""
+    src, _ = stored
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(src, cache_dir, symlinks=True)
+    from dpviz import sweeps
+
+    sweeps.create_budget_sweep(RunConfig(epochs=1), sweeps.budget_grid(epsilons=["1"], fractions=[0.5], seeds=[0]),
+                               cache_dir=cache_dir)
+    journal = cache_dir / "optuna.journal"
+    whole = journal.read_bytes()
+    sweep = ["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--epochs", "1"]
+    for damage in (whole[:len(whole) // 2], whole[:200] + os.urandom(100) + b"\n" + whole[200:]):
+        journal.write_bytes(damage)
+        before = snapshot(cache_dir)
+        for argv in (sweep, ["worker"], ["tune", "--lr-ft", "0.01", "0.1", "--proxy", "glyphs"],
+                     ["run", "--strategy", "lp", "--epochs", "1", "--batch-size", "256", "--eval-every", "5"]):
+            line = one_line_error(argv, str(journal), capsys, cache_dir)
+            assert "damaged" in line and "move it away" in line
+        assert snapshot(cache_dir) == before and journal.read_bytes() == damage
+    assert cli.main(["--cache-dir", str(cache_dir), "run", "--strategy", "lp", "--epochs", "1", "--batch-size", "512",
+                     "--lr-lp", "0.5", "--quiet"]) == 0
 
 
 def test_the_export_wrapper_never_follows_a_planted_link(tmp_path, monkeypatch):
