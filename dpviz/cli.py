@@ -343,6 +343,10 @@ def cmd_sweep(args) -> int:
     if failed:
         raise DpvizError(f"sweep: {failed} worker(s) failed; relaunch to resume")
     rows = sweeps.table(study)
+    expected = len(study.user_attrs["points"])
+    if len(rows) != expected:  # never rc 0 on a short table
+        raise DpvizError(f"sweep: only {len(rows)} of {expected} points finished (the others run on another "
+                         "machine or failed); relaunch the same command to finish them")
     print(_dump(rows) if args.json else "\n".join(
         f"{r['run_id']}  " + "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("run_id", "test_accuracy"))
         + f"  acc {r['test_accuracy']:.4f}" for r in rows))
