@@ -42,6 +42,15 @@ CASES = [
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--seeds", "-1"], "seed"),
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--delta", "0.5"], "delta"),
     ([*ACC, "--delta", "0.5"], "delta"),
+    # issue 26: flags a sweep or search would ignore or contradict; range ends the data cannot take
+    (["sweep", "budget", "--strategy", "fft"], "strategy"), (["sweep", "budget", "--sparsities", "0.9"], "sparsities"),
+    (["sweep", "budget", "--selections", "bias"], "selections"), (["sweep", "budget", "--no-fft"], "no_fft"),
+    (["sweep", "budget", "--lora-ranks", "2"], "lora_ranks"), (["sweep", "sparse", "--fractions", "0.5"], "fractions"),
+    (["sweep", "sparse", "--strategy", "fft"], "strategy"),
+    (["tune", "--strategy", "fft", "--lr-lp", "0.1", "1"], "lr_lp"),
+    (["tune", "--strategy", "lp", "--lr-ft", "0.01", "0.1", "--proxy", "glyphs"], "lr_ft"),
+    (["tune", "--batch-size", "2000", "5000"], "batch_size"), (["tune", "--batch-size", "64", "5000"], "batch_size"),
+    (["tune", "--lr-ft", "0.01", "0.1", "--delta", "0.5"], "delta"),
 ]
 
 

@@ -260,3 +260,13 @@ def test_a_short_table_is_an_error_not_rc_0(cache_dir, capsys):
     assert err[-1].startswith("dpviz: error: sweep: only 1 of 2 points finished"), err
     assert len(Store(cache_dir).list_runs("finished")) == 1
 
+
+def test_workers_are_capped_at_the_points_waiting(cache_dir, capsys):
+    from dpviz import cli
+
+    code = cli.main(["--cache-dir", str(cache_dir), "sweep", "budget", "--epsilon", "2", "--fractions", "0.5",
+                     "--seeds", "0", "--epochs", "1", "--batch-size", "512", "--workers", "6", "--json"])
+    out = capsys.readouterr()
+    assert code == 0 and len(json.loads(out.out)) == 1
+    assert out.err.strip().splitlines() == [f"dpviz: note: 1 worker instead of 6 (1 trial to run on {os.cpu_count()} "
+                                            "cores)"]
