@@ -185,7 +185,7 @@ def local_workers(requested: int | None, waiting: int) -> tuple[int, str | None]
     """Worker processes for ``waiting`` trials: min(requested, waiting, cores), and a note when capped."""
     cores = os.cpu_count() or 1
     n = max(1, min(requested or cores, waiting, cores))
-    if requested is None or n >= requested:
+    if requested is None or n >= requested or not waiting:  # nothing to run: nothing worth a note
         return n, None
     return n, (f"dpviz: note: {n} worker{'s' * (n > 1)} instead of {requested} "
                f"({waiting} trial{'s' * (waiting != 1)} to run on {cores} cores)")
