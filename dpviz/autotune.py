@@ -280,6 +280,13 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
 
     ``DPVIZ_AUTO_SEARCH=off`` never trains a search: configs off the shipped grid without a finished
     search take the fixed defaults (source "default"), e.g. for batch jobs that must not wait.
+
+    The Optuna journal (``<cache>/optuna.journal``) is read only for rates that are neither explicit,
+    nor shipped, nor of a dataset without a proxy, so a damaged journal blocks no such run. Where it
+    must be read it is a `StoreError` naming the file, ``DPVIZ_AUTO_SEARCH=off`` or not: the defaults
+    or a new search would silently give the run other rates than the finished search it cannot read.
+    Once the file is moved away, a new search's trials are answered from the store where they match
+    runs the old one made.
     """
     if not cfg.auto:
         return cfg, Resolution(values={}, source="explicit")

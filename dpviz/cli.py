@@ -101,37 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--quiet", action="store_true", help="all: print nothing")
     an.add_argument("--when-idle", action="store_true", help="all: before each checkpoint, wait while a run "
                     "of this store trains (what a run's detached background analyses do)")
-    sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
-                        "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
-    sw.add_argument("kind", choices=["budget", "sparse"])
-    sw.add_argument("--sparsities", nargs="+", type=float, default=[0.05, 0.2, 0.5], help="sparse: s values")
-    sw.add_argument("--selections", nargs="+", default=["sparta", "magnitude", "random", "bias", "norm"],
-                    help="sparse: selections (row selections run at every s)")
-    sw.add_argument("--no-fft", dest="fft", action="store_false", help="sparse: leave out the DP-FFT reference")
-    sw.add_argument("--lora-ranks", nargs="*", type=int, default=[1, 2, 4, 8],
-                    help="sparse: DP-LoRA adapter ranks r beside the sparse methods (none: leave LoRA out)")
-    _config_flags(sw, skip=("epsilon", "lp_fraction", "seed"))
-    sw.add_argument("--epsilon", dest="epsilons", nargs="+", default=["1", "2", "8"], help="ε values (inf: no DP)")
-    sw.add_argument("--fractions", nargs="+", type=float, default=[round(0.1 * i, 1) for i in range(11)])
-    sw.add_argument("--seeds", nargs="+", type=int, default=[0])
-    sw.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores)")
-    sw.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the cache)")
-    sw.add_argument("--json", action="store_true")
-    tu = sub.add_parser("tune", help="an Optuna TPE search over learning rates, clip norm, batch, epochs")
-    _config_flags(tu, skip=("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs"))
-    for name in ("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs"):
-        tu.add_argument("--" + name.replace("_", "-"), dest="range_" + name, nargs=2, type=float, default=None,
-                        metavar=("LOW", "HIGH"), help="search range (log scale); omitted: the default value")
-    tu.add_argument("--trials", type=int, default=20)
-    tu.add_argument("--proxy", default=None, help="tune on this public dataset (glyphs, synthetic) instead of the "
-                    "private one; without it every trial spends privacy that no run's ε includes")
-    tu.add_argument("--workers", type=int, default=1)
-    tu.add_argument("--storage", default=None)
-    tu.add_argument("--json", action="store_true")
-    wk = sub.add_parser("worker", help="run waiting trials of dpviz studies in a storage")
-    wk.add_argument("--storage", default=None)
-    wk.add_argument("--study", default=None, help="one study (default: every dpviz study with waiting trials)")
-    wk.add_argument("--threads", type=int, default=None, help="torch threads for this worker")
+    from .cli_sweeps import add_parsers
+
+    add_parsers(sub, _config_flags)  # sweep, tune, worker
     ac = sub.add_parser("accountants", help="σ each accountant needs for (ε, δ) as the batch size grows")
     ac.add_argument("--epsilon", type=float, required=True)
     ac.add_argument("--delta", type=float, required=True)
@@ -321,105 +293,10 @@ def cmd_delete(args) -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
-    from . import calibration, sweeps
-
-    base = config_from_args(args)
-    _at_least(args, "workers", 1)
-    for e in args.epsilons:
-        RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
-    args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
-    calibration.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
-    if args.kind == "budget":
-        for p in args.fractions:
-            base.replace(lp_fraction=p)
-        for seed in args.seeds:
-            base.replace(seed=seed)
-        space = sweeps.budget_grid(epsilons=args.epsilons, fractions=args.fractions, seeds=args.seeds)
-        study = sweeps.create_budget_sweep(base, space, storage_url=args.storage, cache_dir=args.cache_dir)
-    else:
-        points = sweeps.sparse_points(epsilons=args.epsilons, sparsities=args.sparsities,
-                                      selections=args.selections, seeds=args.seeds, fft=args.fft,
-                                      lora_ranks=args.lora_ranks)
-        for p in points:  # validate every point before starting
-            RunConfig.from_dict({**base.to_dict(), **p})
-        study = sweeps.create_grid_sweep("sparse", base, points, storage_url=args.storage, cache_dir=args.cache_dir)
-    workers = args.workers or min(os.cpu_count() or 1, len(study.get_trials(deepcopy=False)) or 1)
-    failed = sweeps.run_local(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
-    if failed:
-        raise DpvizError(f"sweep: {failed} worker(s) failed; relaunch to resume")
-    rows = sweeps.table(study)
-    print(_dump(rows) if args.json else "\n".join(
-        f"{r['run_id']}  " + "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("run_id", "test_accuracy"))
-        + f"  acc {r['test_accuracy']:.4f}" for r in rows))
-    return 0
-
-
 def _at_least(args, name: str, low: int) -> None:
     v = getattr(args, name)
     if v is not None and v < low:
         raise ConfigError(name, f"an integer >= {low}", v)
-
-
-def _tune_space(args, tunable) -> dict:
-    """{field: (low, high)} of the ranges given; each finite, 0 < low <= high (searched on a log scale)."""
-    space = {}
-    for k in tunable:
-        r = getattr(args, "range_" + k)
-        if r is None:
-            continue
-        lo, hi = r
-        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
-            raise ConfigError(k, "a range LOW HIGH of finite numbers with 0 < LOW <= HIGH", f"{lo:g} {hi:g}")
-        if k in ("batch_size", "epochs"):  # each end must itself be a valid value
-            for end in (lo, hi):
-                RunConfig().replace(**{k: int(end)})
-        space[k] = r
-    return space
-
-
-def cmd_tune(args) -> int:
-    from . import sweeps
-
-    base = config_from_args(args)
-    _at_least(args, "trials", 1)
-    _at_least(args, "workers", 1)
-    space = _tune_space(args, sweeps.TUNABLE)
-    if not space:
-        raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
-    study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir,
-                                 proxy=args.proxy)
-    if not args.proxy:
-        print(f"dpviz: note: tuning on the private dataset '{base.dataset}': each trial spends privacy that no "
-              "run's ε includes (use --proxy glyphs to tune on public data)", file=sys.stderr)
-    if args.workers > 1:
-        if sweeps.run_local(study, workers=args.workers, cache_dir=args.cache_dir, storage_url=args.storage):
-            raise DpvizError("tune: a worker failed; relaunch to resume")
-    else:
-        sweeps.work(study, cache_dir=args.cache_dir)
-    rows = sweeps.table(study)
-    print(_dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
-        f"{k}={v:.4g}" for k, v in r.items() if k in space) for r in rows))
-    return 0
-
-
-def cmd_worker(args) -> int:
-    import optuna
-    import torch
-
-    from . import sweeps
-
-    _at_least(args, "threads", 1)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    st = sweeps.storage(args.storage, args.cache_dir)
-    known = [s.study_name for s in optuna.get_all_study_summaries(st) if s.study_name.startswith("dpviz-")]
-    if args.study and args.study not in known:
-        raise ConfigError("study", f"a dpviz study in this storage ({', '.join(known) or 'none yet'})", args.study)
-    names = [args.study] if args.study else known
-    for name in names:
-        sweeps.work(optuna.load_study(study_name=name, storage=st), cache_dir=args.cache_dir)
-    return 0
 
 
 def cmd_analyze(args) -> int:
@@ -656,6 +533,8 @@ def cmd_reproduce(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .cli_sweeps import cmd_sweep, cmd_tune, cmd_worker
+
     try:
         args = build_parser().parse_args(argv)
         cmds = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "delete": cmd_delete,

@@ -73,13 +73,23 @@ def process_token(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{start}"
 
 
-def _owner_alive(owner: str | None) -> bool:
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process of ``owner`` (a `process_token`) still runs; on another host, assumed so."""
     if not owner:
         return False
     host, pid, _ = owner.split(":", 2)
     if host != socket.gethostname():
         return True  # cannot tell from here; leave other machines' runs alone
-    return process_token(int(pid)) == owner
+    return process_token(int(pid)) == owner and not _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """A killed process its parent has not reaped yet: /proc still lists it, but it runs nothing (a
+    relaunch right after ``kill -9`` of a sweep's process group sees its workers so)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 class Store(RunFiles):
@@ -196,7 +206,7 @@ class Store(RunFiles):
     def delete_run(self, run_id: str) -> None:
         """Delete the run's rows and folder (a run whose row is garbled too)."""
         run = self.known(run_id)
-        if run["status"] in LIVE and _owner_alive(run["owner"]):
+        if run["status"] in LIVE and owner_alive(run["owner"]):
             raise StoreError(f"run_id: {run_id} is still running; cancel it first")
         with self._conn() as c:
             c.execute("BEGIN IMMEDIATE")
@@ -207,7 +217,7 @@ class Store(RunFiles):
 
     def recover(self) -> list[str]:
         """Mark runs whose owning process is gone as interrupted; return their ids."""
-        dead = [r["run_id"] for r in self.list_runs() if r["status"] in LIVE and not _owner_alive(r["owner"])]
+        dead = [r["run_id"] for r in self.list_runs() if r["status"] in LIVE and not owner_alive(r["owner"])]
         for run_id in dead:
             self.finish_run(run_id, "interrupted", error="the process running it ended before it finished")
         return dead

@@ -20,48 +20,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-from pathlib import Path
 
 import optuna
 
 from .config import RunConfig
 from .errors import ConfigError
-from .store import Store, default_cache_dir, process_token
+from .journal import storage
+from .trials import (TS, _eps, config_of, local_workers, params_of, point_key, recover,  # noqa: F401
+                     run_local, start_workers, threads_per_worker, work)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def storage(url: str | None, cache_dir=None):
-    """The Optuna storage: a URL (or ``$DPVIZ_STORAGE``), else the journal file in the cache folder.
-
-    Setting ``DPVIZ_STORAGE`` before ``bash run.sh app`` lets one dashboard watch studies that
-    workers on other machines run against a shared PostgreSQL.
-    """
-    url = url or os.environ.get("DPVIZ_STORAGE")
-    if url:
-        return _rdb(url)
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    path = Path(cache_dir or default_cache_dir()) / "optuna.journal"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
-def _rdb(url: str):
-    """Optuna's RDB storage at ``url``; a URL that names no installed database driver, or a database that
-    cannot be opened, is one `ConfigError` naming ``storage``."""
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as e:  # noqa: BLE001 - sqlalchemy raises many kinds; each is one line to the user
-        why = " ".join(str(e).split())[:160]
-        raise ConfigError("storage", "an Optuna storage URL that opens, such as sqlite:///sweeps.db or "
-                          f"postgresql://user@host/db ({type(e).__name__}: {why})", url) from None
-
-
-def _eps(v) -> float:
-    return math.inf if str(v).lower() in ("inf", "none") else float(v)
 
 
 def budget_grid(*, epsilons, fractions, seeds) -> dict:
@@ -87,15 +55,8 @@ def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage
     study.set_user_attr("kind", kind)
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
-    fail_stale(study)
-    keys = sorted(space)
-    taken = {_point(t.params or t.system_attrs.get("fixed_params", {}), keys) for t in study.get_trials(deepcopy=False)
-             if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
-                            optuna.trial.TrialState.WAITING)}
-    for p in points:
-        if _point(p, keys) not in taken:
-            study.enqueue_trial(p)
-            taken.add(_point(p, keys))
+    study.set_user_attr("points", points)  # what `trials.recover` enqueues again after a kill
+    recover(study)
     return study
 
 
@@ -145,6 +106,18 @@ def check_space(space: dict) -> dict:
     return {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
 
 
+def proxy_base(base: RunConfig, proxy: str | None) -> RunConfig:
+    """``base`` on the public ``proxy`` dataset (``base`` itself when None); a private proxy is refused."""
+    if proxy is None:
+        return base
+    from .catalog import public_datasets
+
+    PUBLIC = public_datasets()
+    if proxy not in PUBLIC or proxy == base.dataset:
+        raise ConfigError("proxy", f"a public dataset dpviz generates ({', '.join(PUBLIC)}), not the private one", proxy)
+    return base.replace(dataset=proxy, data_dir=None)
+
+
 def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url=None, cache_dir=None,
                   seed: int = 0, proxy: str | None = None) -> optuna.Study:
     """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale).
@@ -158,16 +131,7 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
             same ε so the hyperparameters suit the same noise. ``None`` tunes on the private data: every
             trial then spends privacy that no single run's ε includes.
     """
-    target = base
-    if proxy is not None:
-        from .catalog import public_datasets
-        from .errors import ConfigError
-
-        PUBLIC = public_datasets()
-        if proxy not in PUBLIC or proxy == base.dataset:
-            raise ConfigError("proxy", f"a public dataset dpviz generates ({', '.join(PUBLIC)}), "
-                              f"not the private one", proxy)
-        base = base.replace(dataset=proxy, data_dir=None)
+    target, base = base, proxy_base(base, proxy)
     space = check_space(space)
     name = study_name("tune", base, {**space, "target": target.dataset})
     study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
@@ -178,92 +142,30 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
     study.set_user_attr("n_trials", max(int(trials), int(study.user_attrs.get("n_trials", 0))))
     study.set_user_attr("base", base.to_dict())
     study.set_user_attr("space", space)
-    fail_stale(study)
+    recover(study)
     return study
 
 
-def _point(params: dict, keys) -> tuple:
-    return tuple(str(params.get(k)) for k in keys)
-
-
-def fail_stale(study: optuna.Study) -> int:
-    """Mark RUNNING trials whose worker process (on this host) is gone as FAIL, so they run again."""
-    from .store import _owner_alive
-
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        owner = t.user_attrs.get("owner")
-        if owner and not _owner_alive(owner):
-            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-            n += 1
-    return n
-
-
-def config_of(study: optuna.Study, trial: optuna.Trial) -> RunConfig:
-    base = RunConfig.from_dict(study.user_attrs["base"])
-    space = study.user_attrs["space"]
-    if study.user_attrs["kind"] != "tune":  # grid studies: every trial is an enqueued point
-        values = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-        return base.replace(**{k: (_eps(v) if k == "epsilon" else v) for k, v in values.items()})
-    return base.replace(**{k: _suggest(trial, k, v) for k, v in space.items()})
-
-
-def _suggest(trial: optuna.Trial, name: str, spec: list):
-    lo, hi = spec
-    if isinstance(lo, int) and isinstance(hi, int):
-        return trial.suggest_int(name, lo, hi, log=hi / max(lo, 1) > 8)
-    return trial.suggest_float(name, lo, hi, log=True)
-
-
-def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) -> list[dict]:
-    """Run trials of ``study`` in this process until none is waiting (or ``max_trials``)."""
-    store = Store(cache_dir)
-    done = []
-    while max_trials is None or len(done) < max_trials:
-        grid = study.user_attrs["kind"] != "tune"
-        if grid and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            break
-        if study.user_attrs["kind"] == "tune" and len(study.get_trials(deepcopy=False, states=(
-                optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING))) >= study.user_attrs["n_trials"]:
-            break  # the search's trial budget is spent (shared by all workers)
-        trial = study.ask()
-        fixed = "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
-        if grid and not fixed:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # another worker took the last point
-            break
-        trial.set_user_attr("owner", process_token())
-        try:
-            s = _run(config_of(study, trial), store)
-        except Exception as e:
-            trial.set_user_attr("error", f"{type(e).__name__}: {e}")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
-        trial.set_user_attr("summary", {k: s.get(k) for k in ("run_id", "test_accuracy", "test_loss", "epsilon_spent",
-                                                              "cached", "trainable_fraction")})
-        study.tell(trial, s["test_accuracy"])
-        done.append(s)
-    return done
-
-
-def _run(cfg: RunConfig, store: Store) -> dict:
-    from .runner import run
-
-    return run(cfg, store=store)
-
-
 def table(study: optuna.Study) -> list[dict]:
-    """One row per finished trial: run_id, the varying fields, test accuracy, ε spent."""
-    rows = []
+    """One row per finished trial: run_id, the varying fields, test accuracy, ε spent. A grid point
+    finished twice (two relaunches enqueued it at once) is one row: the first trial's."""
+    rows, seen = [], set()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        s = t.user_attrs["summary"]
-        params = {k: (_eps(v) if k == "epsilon" else v) for k, v in t.params.items()}
-        rows.append({"run_id": s["run_id"], **{k: (None if isinstance(v, float) and math.isinf(v) else v)
-                                              for k, v in params.items()},
-                     "test_accuracy": s["test_accuracy"], "test_loss": s.get("test_loss"),
-                     "epsilon_spent": s["epsilon_spent"],
-                     **({"trainable_fraction": s["trainable_fraction"]} if s.get("trainable_fraction") is not None
-                        else {})})
+        key = point_key(t.params, sorted(t.params))
+        if study.user_attrs.get("kind") != "tune" and key in seen:
+            continue
+        seen.add(key)
+        rows.append(_row(t))
     return rows
+
+
+def _row(t: optuna.trial.FrozenTrial) -> dict:
+    s = t.user_attrs["summary"]
+    params = {k: (_eps(v) if k == "epsilon" else v) for k, v in t.params.items()}
+    return {"run_id": s["run_id"], **{k: (None if isinstance(v, float) and math.isinf(v) else v)
+                                      for k, v in params.items()},
+            "test_accuracy": s["test_accuracy"], "test_loss": s.get("test_loss"), "epsilon_spent": s["epsilon_spent"],
+            **({"trainable_fraction": s["trainable_fraction"]} if s.get("trainable_fraction") is not None else {})}
 
 
 def best_config(study: optuna.Study) -> RunConfig:
@@ -281,11 +183,6 @@ def private_trials(study: optuna.Study) -> int:
                                                         optuna.trial.TrialState.RUNNING)))
 
 
-def threads_per_worker(workers: int) -> int:
-    """torch threads per worker so that threads × workers ≤ cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
 def studies(url: str | None = None, cache_dir=None, kind: str | None = None) -> list[optuna.Study]:
     """dpviz studies in a storage (newest first), optionally of one kind."""
     st = storage(url, cache_dir)
@@ -294,35 +191,3 @@ def studies(url: str | None = None, cache_dir=None, kind: str | None = None) -> 
         if s.study_name.startswith("dpviz-") and (kind is None or s.user_attrs.get("kind") == kind):
             out.append(optuna.load_study(study_name=s.study_name, storage=st))
     return out
-
-
-def start_workers(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=None,
-                  threads: int | None = None) -> list:
-    """Worker processes for ``study`` (threads × workers ≤ cores); returns the Popen objects."""
-    import subprocess
-    import sys
-
-    threads = str(threads or threads_per_worker(workers))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", str(cache_dir)] if cache_dir else []) + [
-        "worker", "--study", study.study_name, "--threads", threads] + (["--storage", storage_url] if storage_url else [])
-    return [subprocess.Popen(cmd, env=env) for _ in range(workers)]
-
-
-def run_local(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=None) -> int:
-    """Run ``study`` here with ``workers`` processes: this one plus workers − 1 started ones.
-
-    The calling process works too, so a sweep pays one process start-up fewer (≈ 3 s of imports, a
-    large share of the default's 2–5 s runs). Returns how many started workers failed.
-    """
-    import torch
-
-    procs = (start_workers(study, workers=workers - 1, cache_dir=cache_dir, storage_url=storage_url,
-                           threads=threads_per_worker(workers)) if workers > 1 else [])
-    torch.set_num_threads(threads_per_worker(workers))
-    failed_here = 0
-    try:
-        work(study, cache_dir=cache_dir)
-    except Exception:  # noqa: BLE001 - the trial is marked failed in the study; a relaunch resumes it
-        failed_here = 1
-    return failed_here + sum(1 for p in procs if p.wait())

@@ -72,6 +72,15 @@ CASES = [
     (["--cache-dir", "NEW_DIR", "run", "--delta", "0.01"], "delta"),
     (["--cache-dir", "NEW_DIR", "show", "nope"], "nope"),
     (["--cache-dir", "NEW_DIR", "analyze", "knn", "nope"], "nope"),
+    # issue 26: flags a sweep or search would ignore or contradict; range ends the data cannot take
+    (["sweep", "budget", "--strategy", "fft"], "strategy"), (["sweep", "budget", "--sparsities", "0.9"], "sparsities"),
+    (["sweep", "budget", "--selections", "bias"], "selections"), (["sweep", "budget", "--no-fft"], "no_fft"),
+    (["sweep", "budget", "--lora-ranks", "2"], "lora_ranks"), (["sweep", "sparse", "--fractions", "0.5"], "fractions"),
+    (["sweep", "sparse", "--strategy", "fft"], "strategy"),
+    (["tune", "--strategy", "fft", "--lr-lp", "0.1", "1"], "lr_lp"),
+    (["tune", "--strategy", "lp", "--lr-ft", "0.01", "0.1", "--proxy", "glyphs"], "lr_ft"),
+    (["tune", "--batch-size", "2000", "5000"], "batch_size"), (["tune", "--batch-size", "64", "5000"], "batch_size"),
+    (["tune", "--lr-ft", "0.01", "0.1", "--delta", "0.5"], "delta"),
 ]
 CONFIG_FILES = {"EPS_JSON_1E999": ("e1.json", '{"epsilon": 1e999}'), "EPS_JSON_INFINITY": ("e2.json", '{"epsilon": Infinity}'),
                 "EPS_JSON_RUN_TABLE": ("e3.json", '{"run": {"epsilon": 1e999}}'),
@@ -97,7 +106,7 @@ def snapshot(cache_dir):
     with sqlite3.connect(cache_dir / "runs.sqlite") as c:
         rows = [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "analyses")]
     files = sorted((str(p.relative_to(cache_dir)), p.stat().st_size) for p in cache_dir.rglob("*")
-                   if p.is_file() and "backbones" not in p.parts and "optuna" not in p.name and "lock" not in p.name
+                   if p.is_file() and "backbones" not in p.parts and "lock" not in p.name
                    and not p.name.startswith("runs.sqlite"))
     return rows, files
 
@@ -276,6 +285,31 @@ def test_an_immutable_store_folder_is_called_read_only_not_damaged(stored, tmp_p
         assert "read-only" in line and "damaged" not in line, line
     finally:
         subprocess.run(["chattr", "-i", str(cache_dir)], check=True)
+
+
+def test_a_damaged_optuna_journal_is_one_line_naming_it(stored, tmp_path, capsys):
+    """A cut or garbled journal: sweep, worker, tune and a run whose "auto" rates would read it each say
+    which file and what to do, and change nothing; a run with explicit rates does not read it and runs."""
+    src, _ = stored
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(src, cache_dir, symlinks=True)
+    from dpviz import sweeps
+
+    sweeps.create_budget_sweep(RunConfig(epochs=1), sweeps.budget_grid(epsilons=["1"], fractions=[0.5], seeds=[0]),
+                               cache_dir=cache_dir)
+    journal = cache_dir / "optuna.journal"
+    whole = journal.read_bytes()
+    sweep = ["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--epochs", "1"]
+    for damage in (whole[:len(whole) // 2], whole[:200] + os.urandom(100) + b"\n" + whole[200:]):
+        journal.write_bytes(damage)
+        before = snapshot(cache_dir)
+        for argv in (sweep, ["worker"], ["tune", "--lr-ft", "0.01", "0.1", "--proxy", "glyphs"],
+                     ["run", "--strategy", "lp", "--epochs", "1", "--batch-size", "256", "--eval-every", "5"]):
+            line = one_line_error(argv, str(journal), capsys, cache_dir)
+            assert "damaged" in line and "move it away" in line
+        assert snapshot(cache_dir) == before and journal.read_bytes() == damage
+    assert cli.main(["--cache-dir", str(cache_dir), "run", "--strategy", "lp", "--epochs", "1", "--batch-size", "512",
+                     "--lr-lp", "0.5", "--quiet"]) == 0
 
 
 def test_the_export_wrapper_never_follows_a_planted_link(tmp_path, monkeypatch):

@@ -154,3 +154,119 @@ def test_sparse_profile_points_add_lora_ranks_without_moving_other_runs():
     assert [c.hash() for c in cfgs if c.strategy != "lora"] == [base.replace(**{**p, "epsilon": 2.0}).hash()
                                                                    for p in plain]
     assert len({c.hash() for c in cfgs if c.strategy == "lora"}) == 2  # the rank keys LoRA runs only
+
+
+# --- kill -9: a relaunch finishes every point exactly once (issue 26) ------------------------------
+KILLED = dict(epochs="1", batch_size="512", lr_lp="0.5", lr_ft="0.05")
+SWEEP = ["sweep", "budget", "--epsilon", "2", "--fractions", "0", "0.5", "1", "--seeds", "0", "--workers", "1",
+         "--json", *[a for k, v in KILLED.items() for a in ("--" + k.replace("_", "-"), v)]]
+
+
+def killed_sweep(cache_dir, cli_env, then: str):
+    """The study `SWEEP` makes, and a worker process that took one of its points, ran ``then`` and died of
+    SIGKILL. The dead worker is left unreaped (a zombie), as a relaunch right after a kill finds it."""
+    base = RunConfig(**{k: float(v) if k.startswith("lr") else int(v) for k, v in KILLED.items()})
+    space = sweeps.budget_grid(epsilons=["2.0"], fractions=[0.0, 0.5, 1.0], seeds=[0])  # as the command spells ε
+    study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)
+    code = ("import os, signal, time, optuna\nfrom dpviz import runner, sweeps, trials\n"
+            f"study = optuna.load_study(study_name={study.study_name!r}, storage=sweeps.storage(None, {str(cache_dir)!r}))\n"
+            "study.set_user_attr(trials.REGISTERED + trials.process_token(), time.time())\n"
+            f"trial = study.ask()\n{then}\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=cli_env)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped
+    return study, child
+
+
+def relaunch(capsys, cache_dir):
+    from dpviz import cli
+
+    code = cli.main(["--cache-dir", str(cache_dir), *SWEEP])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_a_point_taken_by_a_worker_killed_before_it_wrote_its_owner_runs_on_relaunch(cli_env, cache_dir, capsys):
+    """The reported loss: killed between `ask` and its owner, a RUNNING trial with no owner was never run."""
+    study, child = killed_sweep(cache_dir, cli_env, then="")
+    taken = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert len(taken) == 1 and "owner" not in taken[0].user_attrs
+    rows = relaunch(capsys, cache_dir)
+    child.wait()
+    assert sorted(r["lp_fraction"] for r in rows) == [0.0, 0.5, 1.0]
+    assert sorted(t.params["lp_fraction"] for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) \
+        == [0.0, 0.5, 1.0]  # exactly once each, in the study the test made
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING))
+
+
+def test_a_point_whose_dead_owner_finished_its_run_is_answered_from_the_store(cli_env, cache_dir, capsys):
+    """Killed after its run finished in the store but before telling the study: the relaunch re-runs the
+    point, which the store answers by config hash; nothing trains twice."""
+    then = ("trial.set_user_attr('owner', trials.process_token())\n"
+            "runner.run(trials.config_of(study, trial), cache_dir=%r)" % str(cache_dir))
+    study, child = killed_sweep(cache_dir, cli_env, then=then)
+    [finished] = Store(cache_dir).list_runs("finished")
+    rows = relaunch(capsys, cache_dir)
+    child.wait()
+    assert len(rows) == 3 and len({r["lp_fraction"] for r in rows}) == 3
+    assert finished["run_id"] in {r["run_id"] for r in rows}
+    assert len(Store(cache_dir).list_runs()) == 3  # the dead worker's run reused, not retrained
+
+
+def test_an_ownerless_trial_is_left_alone_while_another_registered_worker_lives(cache_dir):
+    """A live worker between `ask` and writing its owner looks like a dead one's trial; its registration
+    tells them apart."""
+    from dpviz import trials
+
+    study = sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5],
+                                                                            seeds=[0]), cache_dir=cache_dir)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        study.set_user_attr(trials.REGISTERED + trials.process_token(other.pid), 0.0)
+        study.ask()  # RUNNING, no owner: as the live `other` would hold it for a moment
+        assert trials.orphans(study, trials.process_token()) == []
+    finally:
+        other.kill()
+        other.wait()
+    assert [t.number for t in trials.orphans(study, trials.process_token())] == [0]
+
+
+def test_a_stale_journal_lock_costs_a_relaunch_no_wait(cache_dir):
+    """A writer killed inside an append leaves optuna.journal.lock; Optuna's default waited 30 s on it."""
+    import time
+
+    sweeps.storage(None, cache_dir)
+    lock = cache_dir / "optuna.journal.lock"
+    lock.touch()
+    os.utime(lock, (time.time() - 60, time.time() - 60))  # the kill was a minute ago
+    t0 = time.monotonic()
+    sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5], seeds=[0]),
+                               cache_dir=cache_dir)
+    assert time.monotonic() - t0 < 2 and not lock.exists()
+
+
+def test_a_short_table_is_an_error_not_rc_0(cache_dir, capsys):
+    """A point held by a worker on another machine (not checkable from here) is not in the table: the
+    command says so and exits non-zero."""
+    from dpviz import cli
+
+    args = ["sweep", "budget", "--epsilon", "2", "--fractions", "0", "1", "--seeds", "0", "--epochs", "1",
+            "--batch-size", "512", "--workers", "1"]
+    study = sweeps.create_budget_sweep(RunConfig(epochs=1, batch_size=512), sweeps.budget_grid(
+        epsilons=["2.0"], fractions=[0.0, 1.0], seeds=[0]), cache_dir=cache_dir)
+    study.ask().set_user_attr("owner", "another-machine:4242:1")
+    assert cli.main(["--cache-dir", str(cache_dir), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("dpviz: error: sweep: only 1 of 2 points finished"), err
+    assert len(Store(cache_dir).list_runs("finished")) == 1
+
+
+def test_workers_are_capped_at_the_points_waiting(cache_dir, capsys):
+    from dpviz import cli
+
+    code = cli.main(["--cache-dir", str(cache_dir), "sweep", "budget", "--epsilon", "2", "--fractions", "0.5",
+                     "--seeds", "0", "--epochs", "1", "--batch-size", "512", "--workers", "6", "--json"])
+    out = capsys.readouterr()
+    assert code == 0 and len(json.loads(out.out)) == 1
+    assert out.err.strip().splitlines() == [f"dpviz: note: 1 worker instead of 6 (1 trial to run on {os.cpu_count()} "
+                                            "cores)"]
