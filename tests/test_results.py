@@ -217,3 +217,21 @@ def test_embedding_table_flattens_frames():
     assert isinstance(frames[0][1], np.ndarray) and frames[0][1].shape == (2, 2)
     t = results.embedding_table(frames)
     assert t.values.tolist() == [[3, 0.0, 1.0, 1], [3, 2.0, 3.0, 0], [6, 4.0, 5.0, 2]]
+
+
+def test_the_results_package_imports_no_streamlit_plotly_or_torch():
+    """`dpviz.results` is plain tables: pages import it without paying for torch, and it never draws."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(results.__file__).parents[2]
+    for path in Path(results.__file__).parent.glob("*.py"):
+        mods = [a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names]
+        mods += [n.module or "" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in mods if m.split(".")[0] in ("streamlit", "plotly")], path.name
+        assert len(path.read_text().splitlines()) < 300, path.name
+    code = "import sys, dpviz.results; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'streamlit'}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -1,0 +1,28 @@
+"""Plain, JSON/CSV-ready views of stored runs for figures, pages and notebooks.
+
+Everything here reads the store and returns pandas DataFrames or dicts — the
+tables figures are built from, the "matching run" (twin) lookups, and the
+one-line readings and verdicts pages print under their figures; no plotting,
+no Streamlit, no torch. One module per subject, as in `dpviz.figures`, each
+reading beside its table: `runs` (curves, seed bands, the run table, twins,
+the budget split), `analyses` (cached representation analyses), `curvature`
+(curvature and accountants) and `sparse` (masks, step times, the sparse
+profile). Every public name is re-exported here: ``results.curves(...)``.
+"""
+
+from __future__ import annotations
+
+from .analyses import (analysis_curves, cached_analysis, embedding_frames, embedding_table, knn_dip_reading,
+                       law_reading, law_series, law_table, layer_table)
+from .curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
+                        curvature_table)
+from .runs import (CURVE_METRICS, best_run_reading, budget_reading, caption, curves, final_table, group_key,
+                   matching_run, run_label, runs_of, seed_bands, stored_ids, switch_step)
+from .sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_time_ms, step_time_reading
+
+__all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis_curves", "batch_prediction_reading",
+           "best_run_reading", "budget_reading", "cached_analysis", "caption", "curvature_reading", "curvature_table",
+           "curves", "embedding_frames", "embedding_table", "final_table", "group_key", "knn_dip_reading",
+           "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of", "profile_table",
+           "run_label", "runs_of", "seed_bands", "sparse_mask", "sparse_verdict", "step_time_ms",
+           "step_time_reading", "stored_ids", "switch_step"]

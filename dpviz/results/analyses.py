@@ -1,0 +1,120 @@
+"""Tables and readings of the representation analyses: kNN accuracy, separability, residuals, embeddings.
+
+Holds what the analysis figures (`dpviz.figures.analyses`) and the Feature distortion and Separability
+law pages read, all from cached background analyses (never computed here): `cached_analysis` (one
+result), `analysis_curves` (a scalar per checkpoint, in `curves`' long format) with `knn_dip_reading`,
+`layer_table` (per-layer values per checkpoint), `law_series` / `law_table` (the per-layer law and its
+fit at one checkpoint per run) with `law_reading`, and `embedding_frames` / `embedding_table` (2-D maps).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from ..store import Store
+from .runs import group_key, run_label
+
+def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> pd.DataFrame:
+    """Cached scalar ``field`` of analysis ``name`` per checkpoint, in `curves`' long format.
+
+    Reads only cached results (the background computes them), so it never blocks;
+    ``missing`` lists (run_id, step) pairs not analysed yet.
+    """
+    rows, missing = [], []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        c = run["config"]
+        for step in store.feature_steps(rid):
+            res = cached_analysis(store, rid, step, name)
+            if res is None:
+                missing.append((rid, step))
+                continue
+            rows.append((rid, run_label(run), c["strategy"], c["epsilon"], c["seed"], group_key(c), step,
+                         f"{name}_{field}", res[field]))
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["missing"] = missing
+    return df
+
+
+def cached_analysis(store: Store, run_id: str, step: int, name: str) -> dict | None:
+    """The cached result of a background analysis with its default parameters, or None."""
+    from ..analyses import REGISTRY
+
+    return store.get_analysis(run_id, step, name, json.dumps(REGISTRY[name].params, sort_keys=True))
+
+
+def layer_table(store: Store, run_id: str, name: str, field: str) -> pd.DataFrame:
+    """Per-layer values of ``field`` (fuzziness / residual) at every analysed checkpoint: step × layer."""
+    rows = []
+    for step in store.feature_steps(run_id):
+        res = cached_analysis(store, run_id, step, name)
+        if res is not None:
+            rows += [{"step": step, "layer": l, "value": v} for l, v in enumerate(res[field])]
+    return pd.DataFrame(rows, columns=["step", "layer", "value"])
+
+
+def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
+               checkpoint: str = "last") -> tuple[list[dict], list[tuple[str, int]]]:
+    """Per-layer values of a cached law analysis at one checkpoint of each run, with the fit, for `law_plot`.
+
+    Args:
+        store: the run store.
+        run_ids: runs with feature checkpoints.
+        name: the analysis ("separability" or "residual").
+        field: its per-layer field ("fuzziness" or "residual").
+        checkpoint: "last" or "first" feature checkpoint of each run.
+
+    Returns:
+        The series (label, strategy, epsilon, values, rho, intercept, r2, pearson_r) of the runs whose
+        result is cached, and the (run_id, step) checkpoints of the others, to queue for analysis.
+    """
+    out, missing = [], []
+    for rid in run_ids:
+        steps = store.feature_steps(rid)
+        if not steps:
+            continue
+        res = cached_analysis(store, rid, steps[-1] if checkpoint == "last" else steps[0], name)
+        if res is None:
+            missing += [(rid, s) for s in steps]
+            continue
+        run = store.get_run(rid)
+        out.append({"label": run_label(run) + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
+                    "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
+                    "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"]})
+    return out, missing
+
+
+def law_table(series: list[dict]) -> pd.DataFrame:
+    """One row per `law_series` item: run, ρ, R², Pearson r and the value at each layer (``l=0`` … )."""
+    return pd.DataFrame([{"run": s["label"], "rho": s["rho"], "R²": s["r2"], "Pearson r": s["pearson_r"],
+                          **{f"l={i}": v for i, v in enumerate(s["values"])}} for s in series])
+
+
+def embedding_frames(maps: list[dict]) -> list[tuple]:
+    """(step, coords (N, 2), labels (N,)) per cached embedding result, for `embedding_map`."""
+    return [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
+
+
+def embedding_table(frames: list[tuple]) -> pd.DataFrame:
+    """The points of `embedding_frames` as one long table: step, x, y, label."""
+    return pd.DataFrame([{"step": s, "x": c[0], "y": c[1], "label": int(lab)}
+                         for s, cs, ls in frames for c, lab in zip(cs, ls)], columns=["step", "x", "y", "label"])
+
+
+def knn_dip_reading(df: pd.DataFrame, tolerance: float = 0.02) -> str:
+    """Which runs' kNN accuracy falls more than ``tolerance`` below its first value (an `analysis_curves` table)."""
+    first = df.sort_values("step").groupby("label")["value"].agg(["first", "min", "last"])
+    dips = first[first["min"] < first["first"] - tolerance]
+    return ("kNN accuracy dips below its starting value for " + (", ".join(dips.index) or "no run")
+            + f"; {len(df.attrs.get('missing', []))} checkpoint(s) still being analysed.")
+
+
+def law_reading(series: list[dict], quantity: str) -> str:
+    """The run whose per-layer ``quantity`` decays most geometrically (highest R² of the log-linear fit)."""
+    best = max(series, key=lambda s: s["r2"] if s["r2"] == s["r2"] else -1)  # NaN R² ranks last
+    return (f"{quantity}: the straightest decay is {best['label']} (ρ = {best['rho']:.3g}, "
+            f"R² = {best['r2']:.2f}); ρ < 1 with R² near 1 means the law holds.")

@@ -1,0 +1,175 @@
+"""Tables and readings of stored runs: curves, seed bands, the run table, twins and the budget split.
+
+Holds what the run figures (`dpviz.figures.runs`) and the Compare, Budget and Public → private pages
+read: `run_label` and `caption` (labels), `curves` / `seed_bands` (long metric tables and their mean ±
+std over seeds, `group_key` grouping runs that differ only by seed), `final_table` (one row per run)
+with `best_run_reading`, `stored_ids` / `runs_of` / `matching_run` (which runs to show, and a run's
+"twin" under another strategy), `switch_step` (a continual run's switch to private data) and
+`budget_reading` (the best LP share per ε under the budget split's utility curve).
+
+Attributes:
+    CURVE_METRICS: the metrics `curves` reads by default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from ..store import Store
+
+CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
+                 "clip_fraction", "grad_norm", "lr", "step_ms")
+_VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
+
+
+def run_label(run: dict) -> str:
+    """Short human label: strategy, ε, and the run id."""
+    c = run["config"]
+    eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
+    extra = f" p={c['lp_fraction']:g}" if c["strategy"] == "lp-fft" else ""
+    return f"{c['strategy']}{extra} ε={eps} seed={c['seed']} [{run['run_id']}]"
+
+
+def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
+    """Long table: run_id, label, strategy, epsilon, seed, group, step, metric, value."""
+    frames = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        m = store.metrics(rid)
+        rows = [(step, name, v) for name in metrics for step, v in m.get(name, []) if v is not None]
+        df = pd.DataFrame(rows, columns=["step", "metric", "value"])
+        c = run["config"]
+        df.insert(0, "run_id", rid)
+        df.insert(1, "label", run_label(run))
+        df.insert(2, "strategy", c["strategy"])
+        df.insert(3, "epsilon", c["epsilon"])
+        df.insert(4, "seed", c["seed"])
+        df.insert(5, "group", group_key(c))
+        frames.append(df)
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def group_key(config: dict) -> str:
+    """Runs with the same key differ only by seed (and bookkeeping fields)."""
+    return json.dumps({k: v for k, v in sorted(config.items()) if k not in _VARYING_IGNORED})
+
+
+def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds per (group, metric, step); n = number of runs."""
+    g = df.groupby(["group", "strategy", "epsilon", "metric", "step"])["value"]
+    out = g.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "n"})
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
+    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, and the
+    strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any."""
+    from ..audit.run import best_per_config
+
+    audits, rows = best_per_config(store), []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        c, s, a = run["config"], run["summary"] or {}, audits.get(run["config_hash"], {})
+        rows.append({
+            "run_id": rid, "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
+            "backbone": c["backbone"], "epsilon": c["epsilon"], "delta": c["delta"],
+            "lp_fraction": c["lp_fraction"], "seed": c["seed"], "epochs": c["epochs"],
+            "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
+            "epsilon_spent": s.get("epsilon_spent"), "wall_time_s": s.get("wall_time_s"),
+            "step": run["step"], "total_steps": run["total_steps"],
+            "audit_epsilon_lb": a.get("epsilon_lb_best"), "audit_threat": a.get("threat"),
+            "audit_canaries": a.get("canaries"),
+        })
+    return pd.DataFrame(rows)
+
+
+def stored_ids(store: Store, run_ids) -> list[str]:
+    """The ids of ``run_ids`` that are still in the store, in their order.
+
+    A sweep's table names every run it finished, including runs deleted since.
+
+    Args:
+        store: the run store.
+        run_ids: run ids, e.g. a sweep table's ``run_id`` column.
+    """
+    have = {r["run_id"] for r in store.list_runs()}
+    return [r for r in run_ids if r in have]
+
+
+def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list[dict]:
+    """Stored runs of ``strategy``, newest first (only finished ones when ``finished_only``)."""
+    return [r for r in reversed(store.list_runs())
+            if r["config"]["strategy"] == strategy and (r["status"] == "finished" or not finished_only)]
+
+
+def caption(configs: list[dict]) -> str:
+    """One-line description of the runs behind a figure, for exported images."""
+    parts = []
+    for c in configs:
+        eps = "∞ (no DP)" if str(c["epsilon"]) == "inf" or not math.isfinite(float(c["epsilon"])) \
+            else f"{float(c['epsilon']):g}"
+        s = f"{c['strategy']}" + (f" (p={c['lp_fraction']:g})" if c["strategy"] == "lp-fft" else "")
+        parts.append(f"{s}, (ε={eps}, δ={float(c['delta']):.0e}), {c['dataset']}/{c['backbone']}")
+    uniq = list(dict.fromkeys(parts))
+    more = f" … (+{len(uniq) - 4})" if len(uniq) > 4 else ""
+    return "dpviz: " + "; ".join(uniq[:4]) + more
+
+
+def matching_run(store: Store, run: dict, *, finished_only: bool = True, **changes) -> dict | None:
+    """The newest (finished) run whose config is ``run``'s with ``changes`` (e.g. strategy="fft"), or None.
+
+    The "twin" a page compares with: the same data, backbone, budget and seed under another strategy.
+    Every field but ``lora_rank`` keys the cache, so a caller resets the old strategy's own fields to
+    the values the twin was run with (the sparse profile runs DP-FFT at the defaults).
+    """
+    from ..config import RunConfig
+
+    want = RunConfig.from_dict({**run["config"], **changes}, reset_unread=True).hash()
+    same = [r for r in store.list_runs()
+            if r["config_hash"] == want and (r["status"] == "finished" or not finished_only)]
+    return same[-1] if same else None
+
+
+def switch_step(run: dict) -> int | None:
+    """The step at which a continual run switched from public to private data (None before it has)."""
+    return ((run["summary"] or {}).get("public_phase") or {}).get("step")
+
+
+# --- readings of the budget and compare figures ------------------------------------
+def budget_reading(rows: pd.DataFrame) -> str:
+    """The best LP share per ε (mean over seeds) and whether it grows as ε shrinks, as seeds 000/001 predict.
+
+    Args:
+        rows: one row per finished budget-sweep run: epsilon (None: no DP), lp_fraction, test_accuracy.
+    """
+    best = rows.groupby(["epsilon", "lp_fraction"], dropna=False)["test_accuracy"].mean().reset_index()
+    picks = best.loc[best.groupby("epsilon", dropna=False)["test_accuracy"].idxmax()]
+    text = ", ".join(f"ε={'∞' if pd.isna(r.epsilon) else f'{r.epsilon:g}'}: p={r.lp_fraction:g}"
+                     for r in picks.itertuples())
+    ps = list(picks.dropna(subset=["epsilon"]).sort_values("epsilon")["lp_fraction"])  # smallest ε first
+    if len(ps) < 2:
+        verdict = ""
+    elif ps[0] > ps[-1] and all(a >= b for a, b in zip(ps, ps[1:])):
+        verdict = "The best share grows as ε shrinks, as the papers predict."
+    elif len(set(ps)) == 1:
+        verdict = "The best share is the same at every ε here."
+    else:
+        verdict = "The best share does not grow monotonically as ε shrinks here."
+    return f"best LP share per ε — {text}. {verdict}"
+
+
+def best_run_reading(table: pd.DataFrame) -> str | None:
+    """The best final test accuracy among runs of a `final_table`, or None before any has one."""
+    done = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
+    if not len(done):
+        return None
+    b = done.iloc[0]
+    spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
+        else f"ε spent {b['epsilon_spent']:.3f}"
+    return (f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} "
+            f"at ε = {b['epsilon']} ({spent}).")
