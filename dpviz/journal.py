@@ -45,6 +45,8 @@ def storage(url: str | None, cache_dir=None):
 
     path = journal_path(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():  # Optuna appends through a link: a planted one would write the link's target
+        raise StoreError(f"storage: {path} is a link: remove it (dpviz opens no journal through a link)")
     lock = JournalFileOpenLock(str(path), grace_period=LOCK_GRACE_S)
     release_stale_lock(path, lock)
     if path.exists():

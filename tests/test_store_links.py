@@ -115,3 +115,15 @@ def _pretrain_through_planted_links(tmp_path, victim, capsys):
     untouched(victim)
     again = pretrain.pretrained_backbone("cnn", channels=1, size=8, cache_dir=tmp_path / "store")  # now cached
     assert capsys.readouterr().err == "" and all(torch.equal(again.state_dict()[k], v) for k, v in saved.items())
+
+
+def test_a_linked_optuna_journal_is_refused_naming_it(tmp_path, victim, capsys):
+    """Optuna appends to its journal through a link: a sweep refuses the link instead of writing the victim."""
+    root = tmp_path / "store"
+    Store(root)
+    os.symlink(victim[0], root / "optuna.journal")
+    code = cli.main(["--cache-dir", str(root), "sweep", "budget", "--epsilon", "1", "--fractions", "0.5",
+                     "--epochs", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "optuna.journal is a link: remove it" in err[0], err
+    untouched(victim)
