@@ -203,3 +203,18 @@ def test_a_gdp_run_is_calibrated_by_a_valid_bound_and_reports_gdp_beside_it(tmp_
         gdp = epsilon(phases=[Phase(name="x", steps=T, noise_multiplier=s, sample_rate=q, clip_norm=1.0)],
                       delta=cfg.delta, accountant="gdp")
         assert gdp < cfg.epsilon  # the approximation says less than the bound it no longer calibrates
+
+
+@pytest.mark.parametrize("bad,field", [({"epsilon": math.inf}, "epsilon"), ({"epochs": 0}, "epochs"),
+                                       ({"batch_sizes": [64, 5000]}, "batch_sizes"), ({"delta": 0.01}, "delta"),
+                                       ({"accountants": ["moments"]}, "accountants")])
+def test_sigma_table_arguments_are_refused_naming_the_field(bad, field):
+    from dpviz.errors import ConfigError
+    from dpviz.privacy.accounting import check_sigma_table_args, sigma_by_batch_size
+
+    good = dict(epsilon=2.0, delta=1e-5, epochs=3, dataset_size=1437, batch_sizes=[64], accountants=["rdp"])
+    for f in (check_sigma_table_args, sigma_by_batch_size):
+        with pytest.raises(ConfigError, match=f"^{field}: "):
+            f(**(good | bad))
+    with pytest.raises(ConfigError, match="^epsilon: RDP"):  # no accountant reaches ε: a ConfigError too
+        sigma_by_batch_size(**(good | {"epsilon": 0.01}))

@@ -231,19 +231,44 @@ def steps_for(*, epochs: int, dataset_size: int, batch_size: int) -> int:
     return epochs * max(1, round(dataset_size / batch_size))
 
 
+def check_sigma_table_args(*, epsilon: float, delta: float, epochs: int, dataset_size: int, batch_sizes,
+                           accountants) -> None:
+    """The arguments of `sigma_by_batch_size` are ones it can tabulate; a `ConfigError` naming the first
+    that is not: ε finite and > 0, epochs and n >= 1, each B in [1, n], δ in (0, 1/n], known accountants."""
+    from ..config import ACCOUNTANTS
+    from ..errors import ConfigError
+
+    given = dict(epsilon=epsilon, epochs=epochs, dataset_size=dataset_size, batch_sizes=batch_sizes,
+                 delta=delta, accountants=accountants)
+    checks = (("epsilon", epsilon > 0 and math.isfinite(epsilon), "a finite number > 0"),
+              ("epochs", epochs >= 1, "an integer >= 1"),
+              ("dataset_size", dataset_size >= 1, "an integer >= 1"),
+              ("batch_sizes", all(1 <= b <= dataset_size for b in batch_sizes),
+               f"integers in [1, dataset_size = {dataset_size}]"),
+              ("delta", 0 < delta <= 1 / max(dataset_size, 1), "a number in (0, 1/dataset_size]"),
+              ("accountants", set(accountants) <= set(ACCOUNTANTS), f"some of {', '.join(ACCOUNTANTS)}"))
+    for name, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(name, allowed, given[name])
+
+
 def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_size: int, batch_sizes,
                         accountants=("rdp", "gdp", "prv")) -> list[dict]:
     """For each accountant and B: the σ a run of ``epochs`` epochs needs for (ε, δ) (seed 004's figure).
 
     Returns rows {accountant, batch_size, noise_multiplier, sample_rate, steps, sigma2_over_b, error}; σ²/B
     is the noise variance per example that the decelerator scales with. An accountant that cannot reach
-    ε (RDP below its floor) gives rows with σ None and the reason in ``error``; ValueError if none can.
+    ε (RDP below its floor) gives rows with σ None and the reason in ``error``. Raises `ConfigError` (a
+    ValueError) naming the argument: one `check_sigma_table_args` refuses, or ``epsilon`` if no
+    accountant can reach it.
     """
+    from ..errors import ConfigError
+
+    check_sigma_table_args(epsilon=epsilon, delta=delta, epochs=epochs, dataset_size=dataset_size,
+                           batch_sizes=batch_sizes, accountants=accountants)
     rows = []
     for acc in accountants:
         for B in batch_sizes:
-            if not 0 < B <= dataset_size:
-                raise ValueError(f"batch_sizes: each must be in [1, dataset_size = {dataset_size}]; got {B}")
             q, T = B / dataset_size, steps_for(epochs=epochs, dataset_size=dataset_size, batch_size=B)
             dp = Phase(name="dp", steps=T, noise_multiplier=0.0, sample_rate=q, clip_norm=1.0)
             try:
@@ -253,5 +278,5 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
             rows.append({"accountant": acc, "batch_size": int(B), "noise_multiplier": s, "sample_rate": q,
                          "steps": T, "sigma2_over_b": None if s is None else s * s / B, "error": why})
     if all(r["error"] for r in rows):
-        raise ValueError(f"epsilon: {rows[0]['error']}")
+        raise ConfigError("epsilon", rows[0]["error"])
     return rows
