@@ -43,6 +43,13 @@ def study_name(kind: str, base: RunConfig, space: dict) -> str:
     return f"dpviz-{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
+def check_points(base: RunConfig, points) -> None:
+    """Every point (a dict of the fields it sets) as a run of ``base``, in order: a `ConfigError` naming
+    the first field a point cannot take, before anything is stored."""
+    for p in points:
+        RunConfig.from_dict({**base.to_dict(), **p})
+
+
 def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage_url=None,
                       cache_dir=None) -> optuna.Study:
     """Create (or reopen) a study over explicit ``points`` (dicts of the fields that vary) and enqueue
@@ -104,6 +111,38 @@ def check_space(space: dict) -> dict:
         if not 0 < lo <= hi:
             raise ConfigError(k, "a range LOW HIGH with 0 < LOW <= HIGH", [lo, hi])
     return {k: [TUNABLE[k](lo), TUNABLE[k](hi)] for k, (lo, hi) in space.items()}
+
+
+def check_ranges(base: RunConfig, ranges: dict) -> dict:
+    """``ranges`` {field: (low, high)} of a search of ``base``, checked: each finite with 0 < low <= high
+    (searched on a log scale), a learning rate only where ``base``'s strategy uses it, and each end of
+    batch_size and epochs a value the field takes. Returns them unchanged; `ConfigError` naming the field."""
+    from . import strategies
+
+    used = strategies.get(base.strategy).lr_fields
+    for k, (lo, hi) in ranges.items():
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+            raise ConfigError(k, "a range LOW HIGH of finite numbers with 0 < LOW <= HIGH", f"{lo:g} {hi:g}")
+        if k.startswith("lr_") and k not in used:
+            raise ConfigError(k, f"no range: {base.strategy} trains with {' and '.join(used)} only", f"{lo:g} {hi:g}")
+        if k in ("batch_size", "epochs"):  # each end must itself be a valid value
+            for end in (lo, hi):
+                RunConfig().replace(**{k: int(end)})
+    return dict(ranges)
+
+
+def preview_corners(configs, space: dict) -> None:
+    """`calibration.preview` at every corner of the batch-size and epoch ranges (they set q, T and σ; the
+    rest do not), on each dataset the study touches: B ≤ n, δ ≤ 1/n, a σ that exists."""
+    from itertools import product
+
+    from . import calibration
+
+    shaping = {k: v for k, v in space.items() if k in ("batch_size", "epochs")}
+    for cfg in configs:
+        calibration.preview(cfg)
+        for ends in product(*shaping.values()):
+            calibration.preview(cfg.replace(**{k: int(e) for k, e in zip(shaping, ends)}))
 
 
 def proxy_base(base: RunConfig, proxy: str | None) -> RunConfig:

@@ -270,3 +270,16 @@ def test_workers_are_capped_at_the_points_waiting(cache_dir, capsys):
     assert code == 0 and len(json.loads(out.out)) == 1
     assert out.err.strip().splitlines() == [f"dpviz: note: 1 worker instead of 6 (1 trial to run on {os.cpu_count()} "
                                             "cores)"]
+
+
+def test_points_and_ranges_are_checked_by_the_library_naming_the_field():
+    from dpviz.errors import ConfigError
+
+    base = RunConfig(**BASE)
+    sweeps.check_points(base, [{"lp_fraction": 0.5}, {"seed": 3}, {"epsilon": "inf"}])
+    with pytest.raises(ConfigError, match="^lp_fraction: "):
+        sweeps.check_points(base, [{"seed": 1}, {"lp_fraction": 2.0}])
+    assert sweeps.check_ranges(base, {"lr_ft": [0.001, 1.0]}) == {"lr_ft": [0.001, 1.0]}
+    for ranges, field in (({"lr_ft": [1.0, float("inf")]}, "lr_ft"), ({"batch_size": [0.5, 8]}, "batch_size")):
+        with pytest.raises(ConfigError, match=f"^{field}: "):
+            sweeps.check_ranges(base, ranges)
