@@ -1,17 +1,18 @@
-"""Command line: ``python -m dpviz sweep|tune|worker`` (Optuna studies; see `dpviz.sweeps`).
+"""Optuna studies: ``sweep`` (budget or sparse grids), ``tune`` (a TPE search) and ``worker``.
 
 Every flag a command is given is read: a flag of the other sweep kind, a range for a learning rate
 the strategy does not use, or a range end the data cannot take is one line naming it (exit 2)
-before a study is written. A sweep prints its table only when every point of its grid finished.
+before a study is written (the checks themselves are `dpviz.sweeps`'). A sweep prints its table
+only when every point of its grid finished. `PARSERS` maps each subcommand to its parser's adder.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 
-from .config import RunConfig
-from .errors import ConfigError, DpvizError
+from ..config import RunConfig
+from ..errors import ConfigError, DpvizError
+from .common import at_least, config_flags, config_from_args, dump
 
 SPARSE_ONLY = {"sparsities": "--sparsities", "selections": "--selections", "fft": "--no-fft",
                "lora_ranks": "--lora-ranks"}
@@ -21,8 +22,8 @@ FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
 RANGES = ("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs")
 
 
-def add_parsers(sub, config_flags) -> None:
-    """The sweep, tune and worker subcommands; flags whose default is None tell "given" from "default"."""
+def add_sweep(sub) -> None:
+    """Flags whose default is None tell "given" from "default"."""
     sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
                         "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
     sw.add_argument("kind", choices=["budget", "sparse"])
@@ -41,6 +42,10 @@ def add_parsers(sub, config_flags) -> None:
                     "and no more than the points to run)")
     sw.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the cache)")
     sw.add_argument("--json", action="store_true")
+    sw.set_defaults(handler=cmd_sweep)
+
+
+def add_tune(sub) -> None:
     tu = sub.add_parser("tune", help="an Optuna TPE search over learning rates, clip norm, batch, epochs")
     config_flags(tu, skip=RANGES)
     for name in RANGES:
@@ -52,10 +57,18 @@ def add_parsers(sub, config_flags) -> None:
     tu.add_argument("--workers", type=int, default=1)
     tu.add_argument("--storage", default=None)
     tu.add_argument("--json", action="store_true")
+    tu.set_defaults(handler=cmd_tune)
+
+
+def add_worker(sub) -> None:
     wk = sub.add_parser("worker", help="run waiting trials of dpviz studies in a storage")
     wk.add_argument("--storage", default=None)
     wk.add_argument("--study", default=None, help="one study (default: every dpviz study with waiting trials)")
     wk.add_argument("--threads", type=int, default=None, help="torch threads for this worker")
+    wk.set_defaults(handler=cmd_worker)
+
+
+PARSERS = {"sweep": add_sweep, "tune": add_tune, "worker": add_worker}
 
 
 def _refuse_other_kind(args, base: RunConfig) -> None:
@@ -78,35 +91,29 @@ def _refuse_other_kind(args, base: RunConfig) -> None:
                               base.strategy)
 
 
-def _grid(args, base: RunConfig):
-    """(kind, points) of the sweep, every point validated before anything is stored."""
-    from . import sweeps
+def _grid(args, base: RunConfig) -> list[dict]:
+    """The sweep's points, every one checked (`sweeps.check_points`) before anything is stored."""
+    from .. import sweeps
 
     if args.kind == "budget":
         fractions = FRACTIONS if args.fractions is None else args.fractions
-        for p in fractions:
-            base.replace(lp_fraction=p)
-        for seed in args.seeds:
-            base.replace(seed=seed)
+        sweeps.check_points(base, [{"lp_fraction": p} for p in fractions] + [{"seed": s} for s in args.seeds])
         space = sweeps.budget_grid(epsilons=args.epsilons, fractions=fractions, seeds=args.seeds)
         return [{"epsilon": e, "lp_fraction": p, "seed": s} for e in space["epsilon"] for p in space["lp_fraction"]
                 for s in space["seed"]]
     kw = {k: (v if getattr(args, k) is None else getattr(args, k)) for k, v in SPARSE_DEFAULTS.items()}
     points = sweeps.sparse_points(epsilons=args.epsilons, seeds=args.seeds, **kw)
-    for p in points:
-        RunConfig.from_dict({**base.to_dict(), **p})
+    sweeps.check_points(base, points)
     return points
 
 
 def cmd_sweep(args) -> int:
-    from . import calibration, sweeps
-    from .cli import _at_least, _dump, config_from_args
+    from .. import calibration, sweeps
 
     base = config_from_args(args)
-    _at_least(args, "workers", 1)
+    at_least(args, "workers", 1)
     _refuse_other_kind(args, base)
-    for e in args.epsilons:
-        RunConfig.from_dict({**base.to_dict(), "epsilon": e})  # validate every point before starting
+    sweeps.check_points(base, [{"epsilon": e} for e in args.epsilons])  # every ε, before starting
     args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
     calibration.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
     points = _grid(args, base)
@@ -119,14 +126,14 @@ def cmd_sweep(args) -> int:
     if len(rows) != len(points):  # never rc 0 on a short table
         raise DpvizError(f"sweep: only {len(rows)} of {len(points)} points finished (the others run on another "
                          "machine or failed); relaunch the same command to finish them")
-    print(_dump(rows) if args.json else "\n".join(
+    print(dump(rows) if args.json else "\n".join(
         f"{r['run_id']}  " + "  ".join(f"{k}={v}" for k, v in r.items() if k not in ("run_id", "test_accuracy"))
         + f"  acc {r['test_accuracy']:.4f}" for r in rows))
     return 0
 
 
 def _workers(requested: int | None, waiting: int) -> int:
-    from .trials import local_workers
+    from ..trials import local_workers
 
     n, note = local_workers(requested, waiting)
     if note:
@@ -134,54 +141,18 @@ def _workers(requested: int | None, waiting: int) -> int:
     return n
 
 
-def _tune_space(args, base: RunConfig) -> dict:
-    """{field: (low, high)} of the ranges given; each finite, 0 < low <= high (searched on a log scale),
-    and a learning rate only where ``base``'s strategy uses it."""
-    from . import strategies
-
-    space = {}
-    for k in RANGES:
-        r = getattr(args, "range_" + k)
-        if r is None:
-            continue
-        lo, hi = r
-        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
-            raise ConfigError(k, "a range LOW HIGH of finite numbers with 0 < LOW <= HIGH", f"{lo:g} {hi:g}")
-        used = strategies.get(base.strategy).lr_fields
-        if k.startswith("lr_") and k not in used:
-            raise ConfigError(k, f"no range: {base.strategy} trains with {' and '.join(used)} only", f"{lo:g} {hi:g}")
-        if k in ("batch_size", "epochs"):  # each end must itself be a valid value
-            for end in (lo, hi):
-                RunConfig().replace(**{k: int(end)})
-        space[k] = r
-    return space
-
-
-def _preview_ends(configs, space: dict) -> None:
-    """`calibration.preview` at every corner of the batch-size and epoch ranges (they set q, T and σ; the
-    rest do not), on each dataset the study touches: B ≤ n, δ ≤ 1/n, a σ that exists."""
-    from itertools import product
-
-    from . import calibration
-
-    shaping = {k: v for k, v in space.items() if k in ("batch_size", "epochs")}
-    for cfg in configs:
-        calibration.preview(cfg)
-        for ends in product(*shaping.values()):
-            calibration.preview(cfg.replace(**{k: int(e) for k, e in zip(shaping, ends)}))
-
-
 def cmd_tune(args) -> int:
-    from . import sweeps
-    from .cli import _at_least, _dump, config_from_args
+    from .. import sweeps
 
     base = config_from_args(args)
-    _at_least(args, "trials", 1)
-    _at_least(args, "workers", 1)
-    space = _tune_space(args, base)
+    at_least(args, "trials", 1)
+    at_least(args, "workers", 1)
+    space = sweeps.check_ranges(base, {k: getattr(args, "range_" + k) for k in RANGES
+                                       if getattr(args, "range_" + k) is not None})
     if not space:
         raise ConfigError("tune", "give at least one range, e.g. --lr-ft 0.001 1")
-    _preview_ends([base] + ([sweeps.proxy_base(base, args.proxy)] if args.proxy else []), space)  # before any write
+    sweeps.preview_corners([base] + ([sweeps.proxy_base(base, args.proxy)] if args.proxy else []),
+                           space)  # before any write
     study = sweeps.create_search(base, space, trials=args.trials, storage_url=args.storage, cache_dir=args.cache_dir,
                                  proxy=args.proxy)
     if not args.proxy:
@@ -192,7 +163,7 @@ def cmd_tune(args) -> int:
     if sweeps.run_local(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage):
         raise DpvizError("tune: a worker failed; relaunch to resume")
     rows = sweeps.table(study)
-    print(_dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
+    print(dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
         f"{k}={v:.4g}" for k, v in r.items() if k in space) for r in rows))
     return 0
 
@@ -201,10 +172,9 @@ def cmd_worker(args) -> int:
     import optuna
     import torch
 
-    from . import sweeps
-    from .cli import _at_least
+    from .. import sweeps
 
-    _at_least(args, "threads", 1)
+    at_least(args, "threads", 1)
     st = sweeps.storage(args.storage, args.cache_dir)  # a damaged journal is one line, before torch works
     if args.threads:
         torch.set_num_threads(args.threads)

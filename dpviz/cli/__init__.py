@@ -1,0 +1,43 @@
+"""Command line: ``python -m dpviz run|list|show|delete|…`` (`main`, and `build_parser` behind it).
+
+Every `RunConfig` field is a flag (``--lp-fraction 0.3``); ``--config FILE``
+(JSON or TOML) sets fields first and flags override it. Bad input prints one
+line naming the field and exits with code 2; the store is not touched.
+
+The subcommands live in one module per group, each adding its own parsers (`PARSERS`) with their
+commands as handlers: `runs` (run, list, show, delete, analyze, features), `audit`, `sweeps` (sweep,
+tune, worker) and `info` (accountants, strategies, reproduce, theory); `common` holds what they share.
+This module imports the groups; they import only `common`.
+"""
+
+from __future__ import annotations
+
+from ..errors import DpvizError
+from ..storecheck import no_new_store_on_error
+from . import audit, info, runs, sweeps
+from .common import Parser, fail
+
+# The order ``--help`` lists them in.
+ORDER = ("run", "audit", "theory", "list", "show", "delete", "analyze", "sweep", "tune", "worker", "accountants",
+         "strategies", "features", "reproduce")
+PARSERS = {**runs.PARSERS, **audit.PARSERS, **sweeps.PARSERS, **info.PARSERS}
+
+
+def build_parser() -> Parser:
+    """The parser of every subcommand; each parsed namespace carries its command as ``handler``."""
+    p = Parser(prog="python -m dpviz", description="Differentially private fine-tuning lab.")
+    p.add_argument("--cache-dir", default=None, help="store folder (default: $DPVIZ_CACHE_DIR or ./cache)")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+    for name in ORDER:
+        PARSERS[name](sub)
+    return p
+
+
+def main(argv=None) -> int:
+    """Run the command ``argv`` names (default: ``sys.argv[1:]``); its exit code (2: bad input, one line)."""
+    try:
+        args = build_parser().parse_args(argv)
+        with no_new_store_on_error(args.cache_dir):  # bad input found after the store opened leaves none
+            return args.handler(args)
+    except DpvizError as e:
+        return fail(e)

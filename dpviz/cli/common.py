@@ -1,0 +1,116 @@
+"""What every group of subcommands shares: the parser class, the flags, the output, the errors.
+
+* `Parser`: argparse whose usage errors are one line (a `ConfigError` naming ``arguments``).
+* `config_flags` / `config_from_args`: every `RunConfig` field as a flag, and back to a config
+  (``--config FILE`` first, flags override it).
+* `dump`: the JSON every ``--json`` prints; `number` and `at_least`: argv checks naming the field.
+* `fail`: a `DpvizError` as one line on stderr, exit code `EXIT_USAGE`.
+* `Progress`: a training command's progress bar on stderr.
+
+Nothing here imports torch: ``--help``, ``list`` and a cached ``run`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import fields
+
+from ..config import RunConfig, load_config_file
+from ..errors import ConfigError, DpvizError
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise ConfigError("arguments", message)
+
+
+def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
+    """Every RunConfig field as a flag: shared ones in one group, each strategy's own in its group."""
+    from .. import strategies
+
+    g = p.add_argument_group("run configuration (see RunConfig)")
+    groups = {f: (cls, prm) for cls in strategies.REGISTRY.values() for prm in cls.params for f in [prm.name]}
+    owned: dict[str, argparse._ArgumentGroup] = {}
+    for f in fields(RunConfig):
+        if f.name in skip:
+            continue
+        helptext = f"default: {f.default}"
+        if f.name == "strategy":
+            helptext = f"one of {', '.join(strategies.names())} (see `strategies`); {helptext}"
+        box = g
+        if f.name in groups:
+            cls, prm = groups[f.name]
+            box = owned.setdefault(cls.name, p.add_argument_group(f"strategy {cls.name} ({cls.label})"))
+            helptext = f"{prm.help}; {helptext}" if prm.help else helptext
+        box.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V", help=helptext)
+    g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
+
+
+def config_from_args(args) -> RunConfig:
+    """The run the flags describe: ``--config``'s fields, then every flag given ("none" clears a path)."""
+    d = load_config_file(args.config) if args.config else {}
+    d.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
+              if getattr(args, f.name, None) is not None})
+    for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths
+        if isinstance(v, str) and v.lower() in ("none", "null") and k in ("data_dir", "weights"):
+            d[k] = None
+    return RunConfig.from_dict(d)
+
+
+def dump(obj) -> str:
+    """``obj`` as indented JSON (infinities as null, anything else unknown as its text)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False,
+                      default=lambda o: None if isinstance(o, float) and math.isinf(o) else str(o))
+
+
+def number(value: str, field: str, kind=float):
+    """``value`` read as ``kind``; a ConfigError naming ``field`` otherwise."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(field, f"a{'n integer' if kind is int else ' number'}", value) from None
+
+
+def at_least(args, name: str, low: int) -> None:
+    """The integer flag ``name``, when given, is >= ``low``."""
+    v = getattr(args, name)
+    if v is not None and v < low:
+        raise ConfigError(name, f"an integer >= {low}", v)
+
+
+def fail(e: DpvizError) -> int:
+    """``e`` as one line on stderr; the exit code of bad input."""
+    print(f"dpviz: error: {e}".splitlines()[0], file=sys.stderr)
+    return EXIT_USAGE
+
+
+class Progress:
+    """A training command's progress bar on stderr (none with --quiet), created at the first step."""
+
+    def __init__(self, cfg, quiet: bool):
+        self.cfg, self.quiet, self.bar = cfg, quiet, None
+
+    def __call__(self, step, total, last):
+        if not self.quiet:
+            self.bar = self.bar or _bar(self.cfg, total)
+            _update(self.bar, step, last)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _bar(cfg, total):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step")
+
+
+def _update(bar, step, last):
+    bar.n = step
+    bar.set_postfix({k: f"{v:.3g}" for k, v in last.items() if v is not None}, refresh=True)

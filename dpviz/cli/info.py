@@ -1,0 +1,150 @@
+"""Reference commands: ``accountants``, ``strategies``, ``reproduce`` and ``theory``.
+
+None of them trains a configuration of the user's: they tabulate σ per accountant, list the
+registered strategies, run the reproduction scorecard (resumable) and the theory lab's curves.
+`PARSERS` maps each subcommand to the function that adds its parser (the command as its handler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+
+from ..config import parse_epsilon
+from ..errors import ConfigError
+from .common import dump, number
+
+
+def add_theory(sub) -> None:
+    from ..theory import Setting
+
+    p = sub.add_parser("theory", help="the theory lab: seed 000's two-layer setting under Langevin diffusion "
+                       "(LP, FFT, LP-FFT over time; --utility: loss against the LP share; --overlay: real DP-SGD)")
+    for f in fields(Setting):
+        p.add_argument(f"--{f.name.replace('_', '-')}", default=None, metavar=f.name.upper(),
+                       help=f"(default {f.default})")
+    p.add_argument("--utility", action="store_true", help="also the utility curve over the LP share p")
+    p.add_argument("--overlay", default=None, metavar="S", help="also train lp or fft with dpviz's DP-SGD")
+    p.add_argument("--json", action="store_true", help="print the curves as JSON")
+    p.set_defaults(handler=cmd_theory)
+
+
+def add_accountants(sub) -> None:
+    ac = sub.add_parser("accountants", help="σ each accountant needs for (ε, δ) as the batch size grows")
+    ac.add_argument("--epsilon", type=float, required=True)
+    ac.add_argument("--delta", type=float, required=True)
+    ac.add_argument("--epochs", type=int, required=True)
+    ac.add_argument("--dataset-size", type=int, required=True)
+    ac.add_argument("--batch-sizes", type=int, nargs="+", required=True)
+    ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv"])
+    ac.add_argument("--json", action="store_true")
+    ac.set_defaults(handler=cmd_accountants)
+
+
+def add_strategies(sub) -> None:
+    st = sub.add_parser("strategies", help="the registered strategies: their fields, learning rates and phases")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=cmd_strategies)
+
+
+def add_reproduce(sub) -> None:
+    rp = sub.add_parser("reproduce", help="the reproduction scorecard: each seed paper's headline claims measured "
+                        "on the default task with auto learning rates (resumable: finished runs are reused)")
+    rp.add_argument("--seeds", type=int, default=3, help="seeds per experiment (>= 1; 3 gives mean ± std)")
+    rp.add_argument("--claims", nargs="+", default=None, metavar="ID", help="claim ids (default: all; see --list)")
+    rp.add_argument("--list", action="store_true", help="list the claims and exit")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(handler=cmd_reproduce)
+
+
+PARSERS = {"theory": add_theory, "accountants": add_accountants, "strategies": add_strategies,
+           "reproduce": add_reproduce}
+
+
+def cmd_theory(args) -> int:
+    from ..theory import Setting, curves, overlay, readings, utility
+
+    s = Setting(**_setting_fields(args))
+    c = curves(s)
+    u = utility(s) if args.utility else None
+    o = overlay(s, strategy=args.overlay) if args.overlay else None
+    if args.json:
+        print(dump({"curves": c.as_dict(), "utility": u and u.as_dict(), "overlay": o}))
+        return 0
+    print(f"theory lab: noise s = {c.noise:.4g} for ε = {s.epsilon:g}, δ = {s.delta:g}, T = {s.time:g}")
+    lines = [*readings.readings(c).values(), *([readings.utility_reading(u)] if u else []),
+             *([readings.overlay_reading(o)] if o else [])]
+    print("\n".join("  " + t.replace("**", "") for t in lines))
+    return 0
+
+
+def _setting_fields(args: argparse.Namespace) -> dict:
+    """The `Setting` fields given as flags, read as their types; --overlay checked before any curve."""
+    from ..theory import Setting
+    from ..theory.overlay import STRATEGIES as OVERLAYS
+
+    kw = {}
+    for f in fields(Setting):
+        v = getattr(args, f.name)
+        if v is not None:
+            kw[f.name] = (v if isinstance(f.default, str) else parse_epsilon(v) if f.name == "epsilon"
+                          else number(v, f.name, type(f.default)))
+    if args.overlay is not None and args.overlay not in OVERLAYS:
+        raise ConfigError("overlay", f"{' or '.join(OVERLAYS)} (the strategy trained by DP-SGD over the diffusion)",
+                          args.overlay)
+    return kw
+
+
+def cmd_accountants(args) -> int:
+    from ..privacy.accounting import sigma_by_batch_size
+
+    rows = sigma_by_batch_size(epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
+                               dataset_size=args.dataset_size, batch_sizes=args.batch_sizes,
+                               accountants=args.accountants)  # ConfigError naming the argument
+    print(dump(rows) if args.json else "\n".join(
+        f"{r['accountant']:>4}  B={r['batch_size']:<6} q={r['sample_rate']:.4g}  T={r['steps']:<6} "
+        + (f"σ: none ({r['error']})" if r["error"] else
+           f"σ={r['noise_multiplier']:.4f}  σ²/B={r['sigma2_over_b']:.4g}") for r in rows))
+    return 0
+
+
+def cmd_strategies(args) -> int:
+    from .. import strategies
+
+    rows = [{"name": c.name, "label": c.label, "fields": list(c.fields()), "lr_fields": list(c.lr_fields),
+             "color": c.color, "min_epochs": c.min_epochs, "grad_sample_modes": list(c.grad_sample_modes),
+             "doc": (sys.modules[c.__module__].__doc__ or "").strip().split("\n")[0]}
+            for c in strategies.REGISTRY.values()]
+    if args.json:
+        print(dump(rows))
+        return 0
+    for r in rows:
+        own = ", ".join("--" + f.replace("_", "-") for f in r["fields"] + r["lr_fields"])
+        print(f"{r['name']:<10} {r['label']}  [{own}]\n{'':<10} {r['doc']}")
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from .. import reproduce
+
+    if args.list:
+        print("\n".join(f"{c.id:<16} [{c.seed}] {c.sentence}  ({c.preset})" for c in reproduce.CLAIMS))
+        return 0
+    unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
+    if unknown:
+        raise ConfigError("claims", f"some of {', '.join(reproduce.REGISTRY)}", unknown[0])
+    if args.seeds < 1:
+        raise ConfigError("seeds", "an integer >= 1", args.seeds)
+
+    def progress(done, total, claim):
+        print(f"\r[{done}/{total}] {claim:<16}", end="", file=sys.stderr, flush=True)
+
+    rows = reproduce.run(args.claims, seeds=tuple(range(args.seeds)), cache_dir=args.cache_dir, progress=progress)
+    print(file=sys.stderr)
+    if args.json:
+        print(dump(rows))
+    else:
+        for r in rows:
+            print(f"{r['id']:<16} {r['verdict']:<9} {r['claim']}\n{'':<26} {r['reading']}")
+    return 0

@@ -1,0 +1,262 @@
+"""Runs in the store: ``run``, ``list``, ``show``, ``delete``, ``analyze`` and ``features``.
+
+A cached ``run`` and ``list`` never import torch. ``run`` trains in this process with a progress
+bar, then starts the checkpoints' background analyses in a detached ``analyze all`` process.
+`PARSERS` maps each subcommand to the function that adds its parser (the command as its handler).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..config import switched_off
+from ..errors import ConfigError
+from .common import Progress, config_flags, config_from_args, dump
+
+
+def add_run(sub) -> None:
+    r = sub.add_parser("run", help="train one configuration (or answer it from the cache)")
+    config_flags(r)
+    r.add_argument("--force", action="store_true", help="retrain even if an identical run is stored")
+    r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(handler=cmd_run)
+
+
+def add_list(sub) -> None:
+    ls = sub.add_parser("list", help="list stored runs")
+    ls.add_argument("--status", default=None, choices=["queued", "running", "finished", "failed", "cancelled",
+                                                        "interrupted"])
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=cmd_list)
+
+
+def add_show(sub) -> None:
+    sh = sub.add_parser("show", help="show one stored run")
+    sh.add_argument("run_id")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(handler=cmd_show)
+
+
+def add_delete(sub) -> None:
+    de = sub.add_parser("delete", help="delete stored runs and their files")
+    de.add_argument("run_ids", nargs="+")
+    de.set_defaults(handler=cmd_delete)
+
+
+def add_analyze(sub) -> None:
+    an = sub.add_parser("analyze", help="an analysis of a stored checkpoint (private-data statistics)")
+    an.add_argument("analysis", help="knn, embedding, separability, residual or hessian; all: every background "
+                    "analysis of every checkpoint not stored yet")
+    an.add_argument("run_id")
+    an.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
+    an.add_argument("--k", type=int, default=None, help="neighbours for knn")
+    an.add_argument("--method", default=None, help="pca or umap, for embedding")
+    an.add_argument("--json", action="store_true")
+    an.add_argument("--quiet", action="store_true", help="all: print nothing")
+    an.add_argument("--when-idle", action="store_true", help="all: before each checkpoint, wait while a run "
+                    "of this store trains (what a run's detached background analyses do)")
+    an.set_defaults(handler=cmd_analyze)
+
+
+def add_features(sub) -> None:
+    fe = sub.add_parser("features", help="export a checkpoint's per-layer features (layer_0 = input)")
+    fe.add_argument("run_id")
+    fe.add_argument("--step", type=int, default=None)
+    fe.add_argument("--out", required=True, help="output .npz file")
+    fe.set_defaults(handler=cmd_features)
+
+
+PARSERS = {"run": add_run, "list": add_list, "show": add_show, "delete": add_delete, "analyze": add_analyze,
+           "features": add_features}
+
+
+def cmd_run(args) -> int:
+    from .. import runner
+
+    cfg = config_from_args(args)
+    if not cfg.private:
+        print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
+              file=sys.stderr)
+    hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
+    summary = hit or _train(cfg, args)
+    if summary is None:
+        return 130
+    print(dump(summary) if args.json else text(summary))
+    if not summary.get("cached"):
+        _analyze_later(summary["run_id"], args.cache_dir)
+    return 0
+
+
+def _train(cfg, args) -> dict | None:
+    """Train ``cfg`` in this thread with a progress bar; None when cancelled with Ctrl-C.
+
+    The first Ctrl-C stops the run at its next step (stored as cancelled); a second one interrupts
+    at once. No analyses run here: the command returns as soon as training ends, and the checkpoints'
+    background analyses run afterwards in a detached process (`_analyze_later`)."""
+    import signal
+
+    from .. import idle, runner
+    from ..errors import Cancelled
+    from ..privacy import ahead
+    from ..store import Store
+
+    cancel = threading.Event()
+    progress = Progress(cfg, args.quiet)
+
+    def on_sigint(signum, frame):
+        cancel.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    store = Store(args.cache_dir)
+    early = ahead.start(cfg)  # σ and the ε curve in a second process while this one imports torch
+    try:
+        with idle.training(store.root):  # background analyses of earlier runs wait meanwhile
+            return runner.run(cfg, store=store, force=args.force, progress=progress, cancel=cancel, ahead=early)
+    except (Cancelled, KeyboardInterrupt):
+        print("dpviz: run cancelled", file=sys.stderr)
+        return None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if early is not None:
+            early.close()
+        progress.close()
+
+
+def _analyze_later(run_id: str, cache_dir) -> None:
+    """Start ``python -m dpviz analyze all RUN`` detached and at low priority: the feature and curvature
+    analyses of every checkpoint land in the store after this command has returned.
+    ``DPVIZ_BACKGROUND_ANALYSES=off`` skips it (``analyze all`` computes them when asked)."""
+    import subprocess
+
+    if switched_off("DPVIZ_BACKGROUND_ANALYSES"):
+        return
+    argv = [sys.executable, "-m", "dpviz", *(["--cache-dir", str(cache_dir)] if cache_dir else []),
+            "analyze", "all", run_id, "--quiet", "--when-idle"]
+    # One thread at the lowest priority: a multi-threaded analysis beside the user's next run makes both
+    # OpenMP pools spin against each other (a 2 s training loop took 45 s on 2 cores).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "NUMBA_NUM_THREADS": "1"}
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     env=env, start_new_session=True, preexec_fn=lambda: os.nice(19))
+
+
+def text(s: dict) -> str:
+    """A run summary as one line: id, strategy, test accuracy and what it spent of ε."""
+    if str(s["config"].get("epsilon")) in ("inf", "None"):
+        eps = "NO DP (ε = inf: trained without privacy)"
+    elif s.get("epsilon_spent") is not None:
+        eps = f"ε spent {s['epsilon_spent']:.4g}"
+        if s.get("epsilon_gdp_approx") is not None:  # GDP named: the bound is PRV's, GDP's figure beside it
+            eps += f" (PRV bound; GDP approximation {s['epsilon_gdp_approx']:.4g})"
+    else:  # stopped before the end: the budget bounds it; the last recorded step says how far it got
+        rec = s.get("epsilon_recorded")
+        seen = f", {rec[1]:.4g} recorded at step {rec[0]}" if rec else ""
+        eps = f"{s.get('status', 'stopped')} at step {s.get('step') or 0}: ε spent ≤ {s['config']['epsilon']:g}{seen}"
+    acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
+    src = " (from cache)" if s.get("cached") else ""
+    return f"{s['run_id']}  {s['config']['strategy']:<8} test acc {acc}  {eps}{src}"
+
+
+def cmd_list(args) -> int:
+    from ..runner import summary_of
+    from ..store import Store
+
+    store = Store(args.cache_dir)
+    # A row whose JSON is garbled is listed as "damaged" with what to do; the others as usual.
+    rows = [r if r["status"] == "damaged" else summary_of(r, store)
+            for r in store.list_runs(args.status, damaged=True)]
+    if args.json:
+        print(dump(rows))
+    else:
+        for s in rows:
+            print(f"{s['status']:<11} " + (s["error"] if s["status"] == "damaged" else text(s)))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from ..runner import summary_of
+    from ..store import Store
+
+    store = Store(args.cache_dir)
+    print(dump(summary_of(store.get_run(args.run_id), store)))  # JSON with or without --json
+    return 0
+
+
+def cmd_delete(args) -> int:
+    from ..store import Store
+
+    store = Store(args.cache_dir)
+    for rid in args.run_ids:
+        store.known(rid)  # all ids must exist before any is deleted (a run whose row is garbled too)
+    for rid in args.run_ids:
+        store.delete_run(rid)
+        print(f"deleted {rid}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .. import idle
+    from ..store import Store
+
+    store = Store(args.cache_dir)
+    if args.analysis == "all" and args.when_idle:
+        # The everyday pattern is a run, then the next run at once: let that command take the training
+        # lock before this process imports torch beside it, then wait until nothing trains.
+        time.sleep(idle.GRACE_S)
+        idle.wait_until_idle(store.root)
+    from ..analyses.service import analyze, analyze_missing
+
+    if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
+        wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
+        done = analyze_missing(store, args.run_id, before=wait)
+        if not args.quiet:
+            print(dump(done) if args.json else f"{len(done)} analyses computed")
+        return 0
+    params = {k: v for k, v in (("k", args.k), ("method", args.method)) if v is not None}
+    out = analyze(store, args.run_id, args.analysis, step=args.step, **params)
+    if args.json:
+        print(dump(out))
+    else:
+        shown = {k: v for k, v in out.items() if k not in ("coords", "labels")}
+        print("\n".join(f"{k}: {v}" for k, v in shown.items()))
+    return 0
+
+
+def cmd_features(args) -> int:
+    import numpy as np
+
+    from ..analyses.service import resolve_step
+    from ..safefile import write_atomic
+    from ..store import Store
+
+    out = _output_file(args.out)  # before the store opens: bad input creates nothing
+    store = Store(args.cache_dir)
+    step = resolve_step(store, args.run_id, args.step)
+    arrays = store.load_features(args.run_id, step)
+    try:
+        write_atomic(out, lambda f: np.savez(f, **arrays))
+    except OSError as e:
+        raise ConfigError("out", f"a file dpviz can write ({e.strerror or type(e).__name__})", args.out) from None
+    print(f"wrote {out} (step {step}: {', '.join(f'{k} {v.shape}' for k, v in arrays.items())})")
+    return 0
+
+
+def _output_file(text: str) -> Path:
+    """``text`` as a file to create or replace: not empty, not a folder, in an existing folder, and not
+    a device, FIFO or socket (nor a link to one): the export replaces what is there by renaming a new
+    file over it, which would swap a device node such as /dev/null for a regular file."""
+    out = Path(text)
+    if not text.strip() or out.name in ("", ".", "..") or out.is_dir():
+        raise ConfigError("out", "a file name (not a folder) in an existing folder", text)
+    if not out.parent.is_dir():
+        raise ConfigError("out", "a file in an existing folder", text)
+    if out.exists() and not out.is_file():  # both follow a link, so a link to a device is refused too
+        raise ConfigError("out", "a regular file to create or replace (this is a device, FIFO or socket); "
+                          "choose a file name", text)
+    return out
