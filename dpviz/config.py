@@ -151,7 +151,7 @@ class RunConfig:
         they are among ``changes``, which are checked as given)."""
         if changes.get("strategy", self.strategy) == self.strategy:
             return dataclasses.replace(self, **changes)
-        kept = reset_unread({**self.to_dict(), **changes})
+        kept = without_unread({**self.to_dict(), **changes})
         return RunConfig(**{**kept, **changes})
 
     @classmethod
@@ -162,7 +162,7 @@ class RunConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(unknown[0], f"unknown field; allowed fields: {', '.join(sorted(names))}")
-        return cls(**(reset_unread(d) if reset_unread else d))
+        return cls(**(without_unread(d) if reset_unread else d))
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RunConfig":
@@ -191,7 +191,7 @@ def load_config_file(path: str | Path) -> dict:
     return d
 
 
-def reset_unread(d: dict) -> dict:
+def without_unread(d: dict) -> dict:
     """Config fields ``d`` with those its strategy ignores reset to their unset value (`fields.unset`).
 
     For configs made by changing another's strategy (a sweep's points, a page's twin run) and for runs

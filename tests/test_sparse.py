@@ -72,7 +72,7 @@ def test_sparse_run_counts_the_selection_epoch_and_keeps_frozen_rows(cache_dir):
     # the mask: requested fraction per layer, recorded in the run
     store = Store(cache_dir)
     mask = json.loads((store.run_dir(s["run_id"]) / "mask.json").read_text())["mask"]
-    w0 = engine.prepare(cfg, cache_dir=cache_dir, with_curve=False).model.backbone  # the public weights
+    w0 = engine.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False).model.backbone  # public weights
     layers = sparse.row_layers(w0)
     for n, rows in mask.items():
         assert len(rows) == math.ceil(0.2 * layers[n].weight.shape[0])
