@@ -17,6 +17,7 @@ import torch
 from common import batch, interleaved, prepared
 from dpviz import engine, lora, sparse
 from dpviz.privacy import dpsgd
+from dpviz.strategies.sparse import trains
 
 
 def dp_step(model, x, y):
@@ -47,7 +48,7 @@ def main():
         for s in a.sparsity:
             masked = copy.deepcopy(dense)
             sparse.apply_mask(masked.backbone, sparse.random_mask(masked.backbone, s, seed=0))
-            sparse.set_masked_trainable(masked, "random")
+            sparse.set_masked_trainable(masked, **trains("random"))
             row(backbone, f"sparse rows s = {s:g}", sparse.trainable_fraction(masked), dense, masked, x, y)
         for r in a.lora_ranks:
             adapted = copy.deepcopy(dense)

@@ -54,7 +54,7 @@ def overhead() -> tuple[float, float]:
     space = sweeps.budget_grid(epsilons=GRID["eps"], fractions=[float(p) for p in GRID["fractions"]], seeds=[0])
     t = time.perf_counter()
     study = sweeps.create_budget_sweep(RunConfig(), space, cache_dir=d2)
-    sweeps.work(study, cache_dir=d2)
+    sweeps.work(study, run=dpviz.run, cache_dir=d2)
     return bare, time.perf_counter() - t
 
 

@@ -22,7 +22,7 @@ CACHE = Path(os.environ.get("DPVIZ_CACHE_DIR", ROOT / "cache"))
 
 def prepared(**kw):
     """A prepared run on the default data (pretrained backbone from the cache)."""
-    return engine.prepare(RunConfig(**kw), cache_dir=CACHE, with_curve=False)
+    return engine.prepare(RunConfig(**kw).fixed_rates(), cache_dir=CACHE, with_curve=False)  # σ only: fixed rates
 
 
 def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None) -> dict:

@@ -40,7 +40,7 @@ def main():
     print("| ε | σ | overlap of SPARTA's rows with the noiseless choice | random rows would give |\n|---|---|---|---|")
     for eps in (1.0, 8.0, 64.0):
         cfg = RunConfig(strategy="sparse", epsilon=eps, sparsity=s)
-        prep = engine.prepare(cfg, cache_dir=CACHE)
+        prep = engine.prepare(cfg.fixed_rates(), cache_dir=CACHE)
         noisy = scores_after_selection(copy.deepcopy(prep), store, False)
         clean = scores_after_selection(copy.deepcopy(prep), store, True)
         a, b = sparse.select_rows(noisy, s), sparse.select_rows(clean, s)

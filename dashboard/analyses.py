@@ -53,4 +53,4 @@ def launch_preset(name: str, label: str) -> None:
         jm = state.job_manager()
         for cfg in cfgs:
             jm.submit(cfg)
-        st.toast(f"Queued {len(cfgs)} runs ({jm.pool._max_workers} at a time)")
+        st.toast(f"Queued {len(cfgs)} runs ({jm.max_workers} at a time)")

@@ -77,11 +77,6 @@ class Resolution:
                 "privacy_spent_on_tuning": 0.0}
 
 
-def placeholder(cfg: RunConfig) -> RunConfig:
-    """``cfg`` with every "auto" field at its fixed default: for what does not depend on the rates (σ, steps)."""
-    return cfg.replace(**{f: DEFAULTS[f] for f in cfg.auto})
-
-
 def used_fields(cfg: RunConfig) -> tuple[str, ...]:
     """The auto fields ``cfg``'s strategy reads."""
     from . import strategies
@@ -196,7 +191,7 @@ def lookup(cfg: RunConfig, fields) -> tuple[dict, dict] | None:
 
 def search_base(cfg: RunConfig) -> RunConfig:
     """The config a search tunes: auto fields at their defaults, seed 0, evaluated at the end only."""
-    return placeholder(cfg).replace(seed=0, checkpoint_every=0, eval_every=10**6, device="auto")
+    return cfg.fixed_rates().replace(seed=0, checkpoint_every=0, eval_every=10**6, device="auto")
 
 
 def trials_for(fields) -> int:
@@ -233,7 +228,7 @@ def start_points(fields, trials: int) -> list[dict]:
 
 def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None, seed: int = 0, run: bool = True):
     """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains."""
-    from . import sweeps
+    from . import execute, sweeps
 
     trials = trials or trials_for(fields)
     study = sweeps.create_search(search_base(cfg), _space(fields), trials=trials, seed=seed,
@@ -243,7 +238,7 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
             study.enqueue_trial(point)
     study.set_user_attr("auto", True)
     if run:
-        sweeps.work(study, cache_dir=cache_dir)
+        sweeps.work(study, run=execute.run, cache_dir=cache_dir)  # trials are concrete configs
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
 

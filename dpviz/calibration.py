@@ -2,7 +2,7 @@
 
 `engine.prepare` builds a run on top of these; the dashboard's form previews a config through
 `preview` as the user edits, which for dpviz's own datasets and backbones imports no torch at all
-(`dpviz.catalog`), and `dpviz.privacy.ahead` calibrates in a second process while a command imports
+(`dpviz.catalog`), and `dpviz.ahead` calibrates in a second process while a command imports
 torch.
 """
 
@@ -55,7 +55,7 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
                       sigma: float | None = None) -> tuple[list, list[Phase], float]:
     """Plans, phases with the calibrated σ, and q for a training set of size n.
 
-    ``sigma``: σ calibrated already for this very schedule (by `dpviz.privacy.ahead`), else calibrated here.
+    ``sigma``: σ calibrated already for this very schedule (by `dpviz.ahead`), else calibrated here.
     """
     plans, q = schedule(cfg, n, num_blocks)
     # only private phases enter the accountant: a public phase touches no private record
@@ -88,9 +88,7 @@ def preview(cfg: RunConfig) -> dict:
     Validates like `engine.prepare` (dataset, δ ≤ 1/n, blocks, weights, the public data's shape) but
     neither pretrains nor trains, so forms can show it as the user edits.
     """
-    from .autotune import placeholder
-
-    cfg = placeholder(cfg)  # σ and the steps do not depend on the learning rates
+    cfg = cfg.fixed_rates()  # σ and the steps do not depend on the learning rates
     shape, blocks = task_shape(cfg)
     check_delta(cfg, shape.n)
     plans, phases, q = calibrated_phases(cfg, shape.n, blocks)

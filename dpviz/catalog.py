@@ -13,6 +13,7 @@ dashboard, as strategies are).
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -194,3 +195,17 @@ for _b in (
       for n in ("vit_tiny", "vit_small", "deit_tiny", "deit_small")),
 ):
     add_backbone(_b)
+
+
+def load_plugins(spec: str | None = None) -> None:
+    """Import the modules named in ``spec`` (default: ``$DPVIZ_PLUGINS``, comma-separated), each adding its
+    own datasets, backbones or strategies — how the command line and the dashboard find yours."""
+    for mod in filter(None, (m.strip() for m in (spec if spec is not None else
+                                                   os.environ.get("DPVIZ_PLUGINS", "")).split(","))):
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise ConfigError("DPVIZ_PLUGINS", f"importable module names ({e})", mod) from None
+
+
+load_plugins()

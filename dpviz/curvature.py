@@ -185,7 +185,7 @@ class DeceleratorMonitor:
         self.history: list[float] = []
 
     def measure(self, model: nn.Module) -> float:
-        from .privacy.bk import clip_factors
+        from .privacy.clipping import clip_factors
 
         params = [p for p in model.parameters() if p.requires_grad]
         lc = LossCurvature(model, self.x, self.y, params)

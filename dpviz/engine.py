@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import catalog, data, errors, models, optim, strategies
-from .calibration import calibrated_phases, check_delta, check_public, preview
-from .config import RunConfig
+from .calibration import calibrated_phases, check_delta, check_public
+from .config import AUTO, RunConfig
 from .errors import ConfigError
 from .models.pretrain import pretrained_backbone
 from .catalog import Shape
@@ -63,15 +63,14 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
             canaries: Callable[[data.Bundle], Any] | None = None) -> Prepared:
     """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule.
 
-    ``ahead``: a `dpviz.privacy.ahead.Ahead` computing σ and the ε curve in parallel; used where it
+    ``ahead``: a `dpviz.ahead.Ahead` computing σ and the ε curve in parallel; used where it
     computed them for the schedule loaded here, else they are computed here.
     ``canaries``: an audit's canaries, made from the private bundle; included ones count in n (and so
     in q and T) exactly as real records do.
     """
-    if cfg.auto:  # a training run needs numbers: resolved on public data (`runner.run` does it before hashing)
-        from .autotune import resolve
-
-        cfg, _ = resolve(cfg, cache_dir=cache_dir, validate=preview)
+    if cfg.auto:  # choosing rates is policy (`dpviz.autotune`, above the run core): `dpviz.run` resolves first
+        raise ConfigError(cfg.auto[0], "a number here: resolve \"auto\" first (dpviz.run does; "
+                          "RunConfig.fixed_rates() takes the fixed defaults)", AUTO)
     device = resolve_device(cfg.device)
     bundle = data.load(cfg)
     audit = canaries(bundle) if canaries else None

@@ -59,6 +59,7 @@ class JobManager:
         # torch threads × workers ≤ cores (oversubscribed OpenMP crawls); set by the first job, so that
         # a registry that only lists jobs (the dashboard's first page) never imports torch
         self.torch_threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+        self.max_workers = workers  # runs that train at once
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
         self.analysis_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-analysis")

@@ -357,10 +357,7 @@ def stored_rows(claims=None, *, seeds=(0, 1, 2), cache_dir=None) -> list[dict]:
 
 
 def _finished(store, cfg: RunConfig) -> dict | None:
-    from . import autotune
+    from .runner import lookup
 
-    resolved, res = autotune.resolve(cfg, cache_dir=store.root, search_ok=False)
-    if resolved.auto:
-        return None
-    hit = store.find_finished(resolved.hash())
+    hit = lookup(cfg, store)[2]
     return {**hit["summary"], "run_id": hit["run_id"]} if hit else None

@@ -1,18 +1,19 @@
-"""`run(cfg)`: answer from the cache or train, and keep the store consistent."""
+"""`run(cfg)`: resolve "auto" learning rates (policy), then execute the concrete run (`dpviz.execute`).
+
+The public entry of a run for Python, the command line, the dashboard and every study; `lookup` is the
+one resolve-then-look-up that cached answers, the scorecard and the audit pages share.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
-import traceback
 from typing import Callable
 
 from .config import RunConfig
-from .errors import Cancelled
 from .store import Store
 
 
-def _resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None) -> tuple[RunConfig, dict]:
+def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None) -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the
     summary's ``auto`` entry; ``cfg`` keeps "auto" fields where ``search_ok`` is False and a search must train."""
     if not cfg.auto:
@@ -24,14 +25,17 @@ def _resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=
     return out, {"auto": {"fields": list(fields), **resolution.as_dict()}}
 
 
+def lookup(cfg: RunConfig, store: Store) -> tuple[RunConfig, dict, dict | None]:
+    """Resolve, then look up by hash, training nothing and importing no torch: (the resolved config, its
+    ``auto`` entry, the finished stored run or None). The config keeps "auto" where a search must train."""
+    cfg, auto = resolved(cfg, store, search_ok=False)
+    return cfg, auto, None if cfg.auto else store.find_finished(cfg.hash())
+
+
 def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dict | None:
     """The summary ``run(cfg)`` would answer from the store, or None when it would train — without
     importing torch (the command line answers a cached run in well under a second)."""
-    store = store or Store(cache_dir)
-    cfg, auto = _resolved(cfg, store, search_ok=False)
-    if cfg.auto:  # a proxy search would have to train first
-        return None
-    hit = store.find_finished(cfg.hash())
+    _, auto, hit = lookup(cfg, store or Store(cache_dir))
     return {**hit["summary"], **auto, "cached": True} if hit else None
 
 
@@ -39,7 +43,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
-    """Run ``cfg`` (or return the stored result of an identical finished run).
+    """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
         cfg: the run's configuration; learning rates left on "auto" are resolved on a public proxy
@@ -51,7 +55,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         cancel: an event that stops the run at the next step.
         on_start: called with the new run's id once it is stored.
         on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
-        ahead: σ and the ε curve being computed in parallel (`dpviz.privacy.ahead.start`), if any.
+        ahead: σ and the ε curve being computed in parallel (`dpviz.ahead.start`), if any.
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -60,33 +64,12 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         ConfigError: bad input; nothing is stored in that case.
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
-    from . import calibration, engine, trainer  # torch: only when something trains
+    from . import calibration, execute  # torch: only when something trains
 
     store = store or Store(cache_dir)
-    cfg, auto = _resolved(cfg, store, validate=calibration.preview)
-    h = cfg.hash()
-    if not force and (hit := store.find_finished(h)):
-        if on_start:
-            on_start(hit["run_id"])
-        return {**hit["summary"], **auto, "cached": True}  # this request's resolution
-    prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
-    run_id = store.create_run(h, cfg.to_json(), prep.total_steps)
-    store.update_run(run_id, started=time.time())
-    if on_start:
-        on_start(run_id)
-    try:
-        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                on_checkpoint=on_checkpoint)
-    except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
-        store.finish_run(run_id, "cancelled", error="cancelled by the user")
-        raise
-    except BaseException as e:
-        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
-        store.event(run_id, "traceback", traceback.format_exc())
-        raise
-    summary = {**summary, **auto}  # stored: `show --json` says where "auto" rates came from
-    store.finish_run(run_id, "finished", summary=summary)
-    return {**summary, "cached": False}
+    cfg, auto = resolved(cfg, store, validate=calibration.preview)
+    return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
+                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:

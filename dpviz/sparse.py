@@ -3,7 +3,7 @@
 Rows are the output neurons of Linear layers and the output filters of Conv2d
 layers (the weight flattened to out × rest). A mask keeps a set of rows per
 layer; training reparameterises W = W₀ + scatter(rows, ΔW) with only ΔW
-trainable (`bk.RowDelta`), so a masked step computes per-sample gradients,
+trainable (`models.rowdelta.RowDelta`), so a masked step computes per-sample gradients,
 norms and noise for the selected rows only ("row grouping"), and per-sample
 gradients are clipped after masking by construction. Masked training needs
 the book-keeping path (every built-in and supported external backbone).
@@ -32,9 +32,8 @@ import torch
 from torch import nn
 
 from .models.vit import ClsPos
-from .privacy.bk import RowDelta  # noqa: F401  (re-exported: the masked layer)
+from .models.rowdelta import RowDelta  # noqa: F401  (re-exported: the masked layer)
 
-from .strategies.sparse import HEAD_FRACTION, ROW_SELECTIONS, SELECTIONS  # noqa: F401  (the schedule's constants)
 
 
 def row_layers(backbone: nn.Module) -> dict[str, nn.Module]:
@@ -87,18 +86,19 @@ def folded_state_dict(model: nn.Module) -> dict:
     return sd
 
 
-def set_masked_trainable(model: nn.Module, selection: str) -> None:
-    """Head plus, by selection: deltas + biases + norms (rows), biases (bias) or norm layers (norm)."""
+def set_masked_trainable(model: nn.Module, *, rows: bool, norms: bool, biases: bool) -> None:
+    """Head plus the deltas of the selected rows, and by the selection's kind (`strategies.sparse.trains`)
+    norm layers and the ViT's class/position tokens (row selections), biases."""
     model.requires_grad_(False)
     model.head.requires_grad_(True)
     for m in model.backbone.modules():
         if isinstance(m, RowDelta):
             m.delta.requires_grad_(True)  # ΔW (k, …) of the selected rows
-        elif isinstance(m, (nn.GroupNorm, nn.LayerNorm)) and selection in ROW_SELECTIONS + ("norm",):
+        elif isinstance(m, (nn.GroupNorm, nn.LayerNorm)) and norms:
             m.requires_grad_(True)
-        elif isinstance(m, ClsPos) and selection in ROW_SELECTIONS:
+        elif isinstance(m, ClsPos) and rows:
             m.requires_grad_(True)
-        if selection in ROW_SELECTIONS + ("bias",) and not isinstance(m, (nn.GroupNorm, nn.LayerNorm)):
+        if biases and not isinstance(m, (nn.GroupNorm, nn.LayerNorm)):
             b = getattr(m, "bias", None)
             if isinstance(b, nn.Parameter):
                 b.requires_grad_(True)

@@ -74,7 +74,7 @@ def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, 
     Every point names the same fields (the study's space lists them all); a field a point's strategy
     does not read takes its default, which leaves the run's hash unchanged.
     """
-    from .sparse import ROW_SELECTIONS
+    from .strategies.sparse import ROW_SELECTIONS
 
     rest = {"selection": "sparta", "sparsity": 0.2}  # unused by fft and lora
     lora = {"lora_rank": 4} if lora_ranks else {}  # only when asked: older studies keep their names

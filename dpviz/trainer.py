@@ -33,6 +33,9 @@ class Recorder:
         self.rows += [(step, k, None if v is None else float(v)) for k, v in values.items()]
 
     def flush(self, step: int | None = None) -> None:
+        if self.store is None:  # an unstored run (an audit's): its metrics are not kept
+            self.rows = []
+            return
         self.store.log_metrics(self.run_id, self.rows)
         self.rows = []
         if step is not None:
@@ -77,7 +80,17 @@ class Loop:
                           optimizer=optimizer)
 
     def event(self, kind: str, message: str) -> None:
-        self.store.event(self.run_id, kind, message)
+        if self.store is not None:
+            self.store.event(self.run_id, kind, message)
+
+    def update_run(self, **fields) -> None:
+        """Update the stored run's row (e.g. a schedule that changed its total)."""
+        if self.store is not None:
+            self.store.update_run(self.run_id, **fields)
+
+    def save_mask(self, mask: dict) -> None:
+        if self.store is not None:
+            self.store.save_mask(self.run_id, mask)
 
     def evaluate(self) -> None:
         acc, loss = engine.evaluate(self.model, self.prep.bundle.x_test, self.prep.bundle.y_test, self.dev)
@@ -86,6 +99,8 @@ class Loop:
         self.rec.flush(self.step)
 
     def checkpoint(self) -> None:
+        if self.store is None:  # nothing to keep them in, and nothing reads them
+            return
         feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
         self.store.save_features(self.run_id, self.step, feats)
         self.store.save_weights(self.run_id, self.step, self.strategy.state_dict(self.model))
@@ -166,6 +181,8 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
           cancel: threading.Event | None = None, on_checkpoint: Callable | None = None) -> dict:
     """Train all phases of ``prep`` and return the run's summary.
 
+    ``store``: where metrics, events, checkpoints and the final model go; None trains an unstored run
+    (an audit's: only the summary and the trained ``prep.model`` remain).
     ``on_checkpoint(run_id, step)`` is called after each feature checkpoint is
     stored (the job manager queues the background analyses there).
     """
@@ -175,12 +192,13 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     loop.checkpoint()
     phases = iter(prep.phases)  # the accountant's phases: the private plans, in order
     for plan in prep.plans:
-        store.event(run_id, "phase", f"{plan.name}: {plan.steps} steps")
+        loop.event("phase", f"{plan.name}: {plan.steps} steps")
         loop.run_phase(plan, None if plan.public else next(phases))
     if not prep.cfg.checkpoint_every or loop.step % prep.cfg.checkpoint_every:
         loop.checkpoint()
-    state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}
-    store.save_model(run_id, state, prep.cfg.to_dict())
+    if store is not None:
+        state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}
+        store.save_model(run_id, state, prep.cfg.to_dict())
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=loop.strategy.summary(loop))
 
 

@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 from datetime import datetime
+from typing import Callable
 
 import optuna
 
@@ -143,9 +144,13 @@ def _next_trial(study: optuna.Study, me: str) -> optuna.Trial | None | bool:
     return trial
 
 
-def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) -> list[dict]:
+def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int | None = None) -> list[dict]:
     """Run trials of ``study`` in this process until none is waiting (or the search's budget is
-    spent, or ``max_trials`` ran); orphans are recovered first."""
+    spent, or ``max_trials`` ran); orphans are recovered first.
+
+    ``run(cfg, store=store)`` trains (or answers from the store) one trial's config and returns its
+    summary: `dpviz.runner.run` for a user's study, `dpviz.execute.run` for a proxy search of `auto`
+    (passed in, so studies sit below the runner and the policy that uses them)."""
     store = Store(cache_dir)
     me = process_token()
     if REGISTERED + me not in study.user_attrs:  # before any ask: see the module docstring
@@ -157,13 +162,11 @@ def work(study: optuna.Study, *, cache_dir=None, max_trials: int | None = None) 
         if trial is None:
             break
         if trial is not False:
-            done.append(_run_trial(study, trial, store))
+            done.append(_run_trial(study, trial, store, run))
     return done
 
 
-def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store) -> dict:
-    from .runner import run
-
+def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Callable) -> dict:
     try:
         s = run(config_of(study, trial), store=store)
     except Exception as e:
@@ -203,7 +206,8 @@ def start_workers(study: optuna.Study, *, workers: int, cache_dir=None, storage_
     return [subprocess.Popen(cmd, env=env) for _ in range(workers)]
 
 
-def run_local(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=None, poll_s: float = 2.0) -> int:
+def run_local(study: optuna.Study, *, run: Callable, workers: int, cache_dir=None, storage_url=None,
+              poll_s: float = 2.0) -> int:
     """Run ``study`` here with ``workers`` processes: this one plus workers − 1 started ones; then
     recover what they left and wait for trials other live processes on this host hold.
 
@@ -217,19 +221,19 @@ def run_local(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=
     torch.set_num_threads(threads_per_worker(workers))
     failed_here = 0
     try:
-        work(study, cache_dir=cache_dir)
+        work(study, run=run, cache_dir=cache_dir)
     except Exception:  # noqa: BLE001 - the trial is marked failed in the study; a relaunch resumes it
         failed_here = 1
     failed = failed_here + sum(1 for p in procs if p.wait())
-    return failed or _settle(study, cache_dir, poll_s)
+    return failed or _settle(study, run, cache_dir, poll_s)
 
 
-def _settle(study: optuna.Study, cache_dir, poll_s: float) -> int:
+def _settle(study: optuna.Study, run: Callable, cache_dir, poll_s: float) -> int:
     """Run what waits (a worker killed meanwhile left it) until nothing waits or runs on this host."""
     said = False
     while True:
         try:
-            if work(study, cache_dir=cache_dir):
+            if work(study, run=run, cache_dir=cache_dir):
                 continue
         except Exception:  # noqa: BLE001 - as in run_local
             return 1

@@ -148,11 +148,11 @@ print("ok", ours["prv"])
 
 
 def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedule():
-    """`dpviz.privacy.ahead` (σ and the ε curve in a second process while a command imports torch) must
+    """`dpviz.ahead` (σ and the ε curve in a second process while a command imports torch) must
     give exactly what the run would compute itself, and nothing for a schedule it did not compute."""
     from dpviz.calibration import calibrated_phases
     from dpviz.config import RunConfig
-    from dpviz.privacy import ahead
+    from dpviz import ahead
 
     cfg = RunConfig(strategy="lp-fft", epsilon=3.0)
     first, second = ahead.start(cfg), ahead.start(cfg)
@@ -218,3 +218,10 @@ def test_sigma_table_arguments_are_refused_naming_the_field(bad, field):
             f(**(good | bad))
     with pytest.raises(ConfigError, match="^epsilon: RDP"):  # no accountant reaches ε: a ConfigError too
         sigma_by_batch_size(**(good | {"epsilon": 0.01}))
+
+
+def test_the_configs_accountants_are_the_ones_accounting_composes():
+    """`RunConfig.accountant`'s choices and the accountants the pure math composes are one list."""
+    from dpviz import fields
+
+    assert fields.ACCOUNTANTS == tuple(accounting.BOUND_BY)

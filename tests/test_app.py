@@ -9,6 +9,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from dashboard.layout import PAGES
+import dpviz
 from dpviz import strategies
 from dpviz.store import Store
 
@@ -119,7 +120,7 @@ def test_tuning_page_shows_trials_and_launches_the_best_on_private_data(app_env)
 
     base = RunConfig(strategy="fft", epsilon=2.0, epochs=1, batch_size=512, eval_every=50)
     study = sweeps.create_search(base, {"lr_ft": [0.003, 0.3]}, trials=3, proxy="glyphs", cache_dir=app_env)
-    sweeps.work(study, cache_dir=app_env)
+    sweeps.work(study, run=dpviz.run, cache_dir=app_env)
     assert {r["config"]["dataset"] for r in Store(app_env).list_runs()} == {"glyphs"}  # trials never saw digits
     at = open_page("pages/tuning.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -188,7 +189,7 @@ def test_sparse_page_profile_mask_and_step_time(app_env):
     base = RunConfig(strategy="sparse", epochs=3, batch_size=512, eval_every=50)
     points = sweeps.sparse_points(epsilons=["2"], sparsities=[0.2, 0.5], selections=["sparta", "bias"], seeds=[0])
     study = sweeps.create_grid_sweep("sparse", base, points, cache_dir=app_env)
-    sweeps.work(study, cache_dir=app_env)
+    sweeps.work(study, run=dpviz.run, cache_dir=app_env)
     assert len(points) == 4 and len(sweeps.table(study)) == 4  # sparta at 2 s, bias, fft
     at = open_page("pages/sparse.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -208,7 +209,7 @@ def test_budget_page_draws_accuracy_and_loss_utility_curves(app_env):
     base = RunConfig(epochs=1, batch_size=512, eval_every=50)
     study = sweeps.create_budget_sweep(base, sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 1.0], seeds=[0]),
                                        cache_dir=app_env)
-    sweeps.work(study, cache_dir=app_env)
+    sweeps.work(study, run=dpviz.run, cache_dir=app_env)
     at = open_page("pages/budget.py")
     assert not at.exception, [e.value for e in at.exception]
     keys = [c.key for c in at.get("plotly_chart")]

@@ -75,13 +75,13 @@ def test_without_noise_white_box_canaries_reach_the_ceiling_and_audits_are_not_r
 @pytest.mark.parametrize("broken", ["noise x 0.1", "clipping skipped"])
 def test_a_white_box_audit_catches_a_broken_mechanism(broken, monkeypatch, store):
     """Break the mechanism while the accountant still believes the calibrated σ: ε_lb must exceed ε."""
-    from dpviz.privacy import bk, dpsgd
+    from dpviz.privacy import clipping, dpsgd
 
     if broken == "noise x 0.1":
         real = dpsgd.gaussian_noise
         monkeypatch.setattr(dpsgd, "gaussian_noise", lambda p, std, gen: real(p, 0.1 * std, gen))
     else:
-        monkeypatch.setattr(bk, "clip_factors", lambda norms, c, clipping="abadi": norms.new_ones(norms.shape))
+        monkeypatch.setattr(clipping, "clip_factors", lambda norms, c, clipping="abadi": norms.new_ones(norms.shape))
     cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3)
     r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
     assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r

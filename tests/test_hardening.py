@@ -232,7 +232,7 @@ def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
 
 def test_the_accounting_child_is_bounded_and_refuses_nothing_the_parent_would_run():
     """A refused schedule starts no child; an accepted one is accounted under the memory bound."""
-    from dpviz.privacy import ahead
+    from dpviz import ahead
     from dpviz.catalog import static_shape
 
     assert ahead.start(RunConfig(strategy="fft", epochs=100000, batch_size=1)) is None

@@ -12,6 +12,7 @@ from opacus.accountants import create_accountant
 
 import dpviz
 from dpviz import engine, sparse
+from dpviz.strategies.sparse import trains
 from dpviz.config import RunConfig
 from dpviz.models import Classifier, build_backbone
 from dpviz.privacy import bk
@@ -37,7 +38,7 @@ def test_with_all_rows_a_masked_step_is_a_dfft_step(name):
     dense, masked = model_for(name), model_for(name)
     full = {n: list(range(m.weight.shape[0])) for n, m in sparse.row_layers(masked.backbone).items()}
     sparse.apply_mask(masked.backbone, full)
-    sparse.set_masked_trainable(masked, "sparta")
+    sparse.set_masked_trainable(masked, **trains("sparta"))
     x, y = batch()
     _, _, n_dense = Stepper(dense, "bk").clipped_sum(x, y, 0.5)
     _, _, n_masked = Stepper(masked, "bk").clipped_sum(x, y, 0.5)
@@ -71,7 +72,7 @@ def test_sparse_run_counts_the_selection_epoch_and_keeps_frozen_rows(cache_dir):
     # the mask: requested fraction per layer, recorded in the run
     store = Store(cache_dir)
     mask = json.loads((store.run_dir(s["run_id"]) / "mask.json").read_text())["mask"]
-    w0 = engine.prepare(cfg, cache_dir=cache_dir, with_curve=False).model.backbone  # the public weights
+    w0 = engine.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False).model.backbone  # public weights
     layers = sparse.row_layers(w0)
     for n, rows in mask.items():
         assert len(rows) == math.ceil(0.2 * layers[n].weight.shape[0])
@@ -139,7 +140,7 @@ def test_row_grouping_on_torchvision_and_timm_backbones(kind, tmp_path):
     mask = sparse.magnitude_mask(model.backbone, 0.2)
     sparse.apply_mask(model.backbone, mask)
     assert torch.allclose(model(x), before, atol=1e-5)  # ΔW = 0: the same function
-    sparse.set_masked_trainable(model, "magnitude")
+    sparse.set_masked_trainable(model, **trains("magnitude"))
     model.train()
     st = Stepper(model, "auto")
     st.clipped_sum(x, torch.arange(3), 1.0)

@@ -8,6 +8,7 @@ import sys
 import optuna
 import pytest
 
+import dpviz
 from dpviz import sweeps
 from dpviz.config import RunConfig
 from dpviz.store import Store
@@ -37,7 +38,7 @@ def test_a_one_point_budget_grid_finishes(cache_dir):
     """Optuna's GridSampler failed every one-point grid after its run (KeyError 'grid_id')."""
     study = sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5],
                                                                             seeds=[0]), cache_dir=cache_dir)
-    done = sweeps.work(study, cache_dir=cache_dir)
+    done = sweeps.work(study, run=dpviz.run, cache_dir=cache_dir)
     assert len(done) == 1 and done[0]["epsilon_spent"] <= 1
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE]
 
@@ -46,10 +47,10 @@ def test_resume_runs_only_missing_points(cache_dir):
     base = RunConfig(**BASE)
     space = sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 0.5, 1.0], seeds=[0])
     study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)
-    first = sweeps.work(study, cache_dir=cache_dir, max_trials=2)  # "stopped" half-way
+    first = sweeps.work(study, run=dpviz.run, cache_dir=cache_dir, max_trials=2)  # "stopped" half-way
     assert len(first) == 2
     study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)  # relaunch
-    rest = sweeps.work(study, cache_dir=cache_dir)
+    rest = sweeps.work(study, run=dpviz.run, cache_dir=cache_dir)
     assert len(rest) == 1 and not rest[0]["cached"]
     assert len(Store(cache_dir).list_runs()) == 3
     assert len(sweeps.table(study)) == 3

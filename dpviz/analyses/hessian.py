@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import curvature
-from ..privacy.bk import clip_factors
+from ..privacy.clipping import clip_factors
 from . import register
 
 

@@ -7,7 +7,7 @@ private step; excluded ones are never touched.
 
 * `GradientCanaries` (white-box, after Nasr et al. 2023): a sampled canary adds a per-sample gradient
   G·u_c of norm G = `CANARY_NORM`·C along its own random unit direction u_c, *before* clipping, through
-  the mechanism's own clip factors (`bk.clip_factors`): a mechanism that skips clipping lets it through
+  the mechanism's own clip factors (`privacy.clipping.clip_factors`): a mechanism that skips clipping lets it through
   G/C times too large. The auditor sees every released (noisy) gradient sum Z_t and scores canary c by
   the log-likelihood ratio of its projections x_t = ⟨Z_t, u_c⟩ under the claimed mechanism:
   Σ_t log(1 − q + q·exp((a·x_t − a²/2)/(σC)²)), with a the clipped contribution (C for Abadi clipping).
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..privacy import bk
+from ..privacy import clipping as clip  # module, not the `clipping` arguments below
 
 CANARY_NORM = 10.0  # a gradient canary's norm before clipping, in units of C
 # Without DP (ε = ∞) nothing clips or hides a canary; its norm then only has to stand out of the real
@@ -67,7 +67,7 @@ class GradientCanaries:
         if not clip_norm:
             return torch.full((k,), NOISELESS_NORM, dtype=torch.float64)
         G = torch.full((k,), CANARY_NORM * clip_norm, dtype=torch.float64)
-        return G * bk.clip_factors(G, clip_norm, clipping)
+        return G * clip.clip_factors(G, clip_norm, clipping)
 
     def add(self, params, *, clip_norm: float | None, clipping: str = "abadi", scale: float = 1.0) -> None:
         """Add the clipped gradients of this step's Poisson-sampled canaries (times ``scale``) to ``p.grad``.

@@ -70,8 +70,8 @@ class AuditSpec:
 
 # The files whose code makes the released updates (sampling, clipping, noise, accounting, the loop and
 # the strategies' phases) and the canaries and bounds of the audit itself: any change re-audits.
-MECHANISM_FILES = ("calibration.py", "engine.py", "trainer.py", "optim.py", "sparse.py", "lora.py", "privacy/*.py",
-                   "strategies/*.py", "audit/canaries.py", "audit/bounds.py", "audit/run.py")
+MECHANISM_FILES = ("calibration.py", "engine.py", "execute.py", "trainer.py", "optim.py", "sparse.py", "lora.py",
+                   "privacy/*.py", "strategies/*.py", "audit/canaries.py", "audit/bounds.py", "audit/run.py")
 
 
 @functools.lru_cache(maxsize=4)
@@ -83,13 +83,6 @@ def mechanism_hash(root: str | None = None) -> str:
         for f in sorted(base.glob(pattern)):
             h.update(f.relative_to(base).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-class _Discard:
-    """The store an audit's training writes to: nothing is kept (it is not the user's run)."""
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None
 
 
 def _canaries(spec: AuditSpec, included: np.ndarray):
@@ -110,20 +103,21 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     the guesses made and right, the ceiling, AUC, TPR at FPR 1 % and 0.1 %, the scores, and for the
     white-box threat the ideal ε_lb of scores from the mechanism's exact distribution.
     """
-    from .. import engine, trainer
-    from ..runner import _resolved
+    from .. import execute
+    from ..runner import resolved
     from . import canaries as canary_mod  # torch: only when an audit trains
 
     spec = spec or AuditSpec()
     store = store or Store(cache_dir)
-    cfg, _ = _resolved(cfg, store)
+    cfg, _ = resolved(cfg, store)
     key = spec.key(cfg)
     if not force and (hit := store.get_audit(key)):
         return {**hit, "cached": True}
     included = canary_mod.inclusion_bits(spec.canaries, spec.seed)
-    prep = engine.prepare(cfg.replace(checkpoint_every=0), cache_dir=store.root, canaries=_canaries(spec, included))
     t0 = time.perf_counter()
-    summary = trainer.train(prep, store=_Discard(), run_id="audit", progress=progress, cancel=cancel)
+    # not the user's run: nothing of it is stored but the audit's report
+    summary, prep = execute.train_unstored(cfg.replace(checkpoint_every=0), cache_dir=store.root,
+                                           canaries=_canaries(spec, included), progress=progress, cancel=cancel)
     scores = prep.canaries.final_scores(prep.model, prep.device)
     report = _report(key, cfg, spec, included, scores, summary, prep, time.perf_counter() - t0)
     store.put_audit(key, cfg.hash(), report)
@@ -132,11 +126,11 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
 
 def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, store: Store | None = None) -> dict | None:
     """The stored report ``audit(cfg, spec)`` would answer with, or None when it would train (imports no torch)."""
-    from ..runner import _resolved
+    from ..runner import resolved
 
     spec, store = spec or AuditSpec(), store or Store(cache_dir)
-    resolved, _ = _resolved(cfg, store, search_ok=False)
-    return None if resolved.auto else store.get_audit(spec.key(resolved))
+    cfg, _ = resolved(cfg, store, search_ok=False)
+    return None if cfg.auto else store.get_audit(spec.key(cfg))
 
 
 def roc(report: dict) -> tuple[np.ndarray, np.ndarray]:

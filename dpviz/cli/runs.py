@@ -102,7 +102,7 @@ def _train(cfg, args) -> dict | None:
 
     from .. import idle, runner
     from ..errors import Cancelled
-    from ..privacy import ahead
+    from .. import ahead
     from ..store import Store
 
     cancel = threading.Event()

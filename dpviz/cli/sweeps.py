@@ -108,7 +108,7 @@ def _grid(args, base: RunConfig) -> list[dict]:
 
 
 def cmd_sweep(args) -> int:
-    from .. import calibration, sweeps
+    from .. import calibration, runner, sweeps
 
     base = config_from_args(args)
     at_least(args, "workers", 1)
@@ -119,7 +119,8 @@ def cmd_sweep(args) -> int:
     points = _grid(args, base)
     study = sweeps.create_grid_sweep(args.kind, base, points, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = _workers(args.workers, len(study.get_trials(deepcopy=False, states=(sweeps.TS.WAITING,))))
-    failed = sweeps.run_local(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage)
+    failed = sweeps.run_local(study, run=runner.run, workers=workers, cache_dir=args.cache_dir,
+                              storage_url=args.storage)
     if failed:
         raise DpvizError(f"sweep: {failed} worker(s) failed; relaunch to resume")
     rows = sweeps.table(study)
@@ -142,7 +143,7 @@ def _workers(requested: int | None, waiting: int) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .. import sweeps
+    from .. import runner, sweeps
 
     base = config_from_args(args)
     at_least(args, "trials", 1)
@@ -160,7 +161,7 @@ def cmd_tune(args) -> int:
               "run's ε includes (use --proxy glyphs to tune on public data)", file=sys.stderr)
     left = study.user_attrs["n_trials"] - len(study.get_trials(deepcopy=False, states=(sweeps.TS.COMPLETE, sweeps.TS.RUNNING)))
     workers = _workers(args.workers, max(left, 0))
-    if sweeps.run_local(study, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage):
+    if sweeps.run_local(study, run=runner.run, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage):
         raise DpvizError("tune: a worker failed; relaunch to resume")
     rows = sweeps.table(study)
     print(dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
@@ -172,7 +173,7 @@ def cmd_worker(args) -> int:
     import optuna
     import torch
 
-    from .. import sweeps
+    from .. import runner, sweeps
 
     at_least(args, "threads", 1)
     st = sweeps.storage(args.storage, args.cache_dir)  # a damaged journal is one line, before torch works
@@ -183,5 +184,5 @@ def cmd_worker(args) -> int:
         raise ConfigError("study", f"a dpviz study in this storage ({', '.join(known) or 'none yet'})", args.study)
     names = [args.study] if args.study else known
     for name in names:
-        sweeps.work(optuna.load_study(study_name=name, storage=st), cache_dir=args.cache_dir)
+        sweeps.work(optuna.load_study(study_name=name, storage=st), run=runner.run, cache_dir=args.cache_dir)
     return 0

@@ -235,9 +235,9 @@ def check_sigma_table_args(*, epsilon: float, delta: float, epochs: int, dataset
                            accountants) -> None:
     """The arguments of `sigma_by_batch_size` are ones it can tabulate; a `ConfigError` naming the first
     that is not: ε finite and > 0, epochs and n >= 1, each B in [1, n], δ in (0, 1/n], known accountants."""
-    from ..config import ACCOUNTANTS
     from ..errors import ConfigError
 
+    ACCOUNTANTS = tuple(BOUND_BY)  # the accountants this module composes (config's choices are these)
     given = dict(epsilon=epsilon, epochs=epochs, dataset_size=dataset_size, batch_sizes=batch_sizes,
                  delta=delta, accountants=accountants)
     checks = (("epsilon", epsilon > 0 and math.isfinite(epsilon), "a finite number > 0"),

@@ -30,33 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.graph import get_gradient_edge
 
+from ..models.rowdelta import RowDelta
 from ..models.vit import ClsPos
-
-class RowDelta(nn.Module):
-    """A frozen Conv2d/Linear ``base`` whose selected output ``rows`` train through ``delta`` (k, …).
-
-    The forward runs one layer with W₀ + scatter(rows, Δ) (the same cost as the dense layer); book-keeping
-    then needs only the selected rows' output gradients (B, k, …) for per-sample norms and the clipped sum,
-    so the per-sample work scales with k ("row grouping", seed 003). ``base.bias`` may train too.
-    """
-
-    def __init__(self, base: nn.Module, rows: torch.Tensor):
-        super().__init__()
-        self.base = base.requires_grad_(False)
-        self.conv = isinstance(base, nn.Conv2d)
-        self.register_buffer("rows", rows.to(base.weight.device))
-        self.delta = nn.Parameter(torch.zeros((len(rows), *base.weight.shape[1:]), device=base.weight.device,
-                                              dtype=base.weight.dtype))
-
-    def weight(self) -> torch.Tensor:
-        return self.base.weight.index_add(0, self.rows, self.delta)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b = self.base
-        if self.conv:
-            return F.conv2d(x, self.weight(), b.bias, b.stride, b.padding, b.dilation, b.groups)
-        return F.linear(x, self.weight(), b.bias)
-
+from . import clipping as clip  # module, not the `clipping` argument below
 
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)
 
@@ -226,7 +202,7 @@ class BookKeeper:
             blocks += [(p, v) for p, v in vecs if p.requires_grad]
         vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
         norms = torch.stack(n2s + ([_sq_rows(vec)] if blocks else [])).sum(0).sqrt()
-        factor = clip_factors(norms, clip_norm, clipping)
+        factor = clip.clip_factors(norms, clip_norm, clipping)
         for m, state in prepared:
             self._accumulate(m, state, factor)
         if blocks:  # Σ_i c_i v_i for all of them in one product
@@ -294,17 +270,3 @@ class BookKeeper:
             else:
                 m.weight.grad = torch.nn.grad.conv2d_weight(a, m.weight.shape, g * c.view(-1, 1, 1, 1),
                                                             m.stride, m.padding, m.dilation)
-
-
-AUTO_S_GAMMA = 0.01
-
-
-def clip_factors(norms: torch.Tensor, clip_norm: float, clipping: str = "abadi") -> torch.Tensor:
-    """Per-sample scale c_i (B,): Abadi min(1, C/‖g_i‖), or AUTO-S C/(‖g_i‖ + γ) with γ = 0.01.
-
-    Both keep ‖c_i g_i‖ ≤ C, so the noise std σ·C gives the same guarantee; AUTO-S rescales every
-    gradient (no threshold to tune: C only sets the step size, seed 004's automatic clipping).
-    """
-    if clipping == "auto-s":
-        return clip_norm / (norms + AUTO_S_GAMMA)
-    return (clip_norm / (norms + 1e-6)).clamp(max=1.0)

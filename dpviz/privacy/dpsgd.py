@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import bk
+from . import clipping as clip  # module, not the `clipping` arguments below
 
 
 @dataclass(kw_only=True)
@@ -77,7 +78,7 @@ class Stepper:
         B = len(y)
         gs = [p.grad_sample.reshape(B, -1) for p in self.params]  # each (B, numel)
         norms = torch.sqrt(sum(g.pow(2).sum(1) for g in gs))  # (B,)
-        factor = bk.clip_factors(norms, clip_norm, clipping)
+        factor = clip.clip_factors(norms, clip_norm, clipping)
         for p, g in zip(self.params, gs):
             p.grad = (factor @ g).reshape(p.shape)
             p.grad_sample = None
@@ -104,7 +105,7 @@ def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_no
     err = logp.exp()
     err[torch.arange(len(y)), y] -= 1  # p − onehot, (B, K)
     norms = err.norm(dim=1) * torch.sqrt(f.pow(2).sum(1) + 1)  # (B,)
-    c = bk.clip_factors(norms, clip_norm, clipping)
+    c = clip.clip_factors(norms, clip_norm, clipping)
     ce = err * c[:, None]
     head.weight.grad, head.bias.grad = ce.T @ f, ce.sum(0)
     return out, -logp[torch.arange(len(y)), y].sum(), norms

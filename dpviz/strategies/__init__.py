@@ -47,47 +47,10 @@ def strategy_fields() -> set[str]:
 
 
 def validate(cfg) -> None:
-    """Every strategy's field ranges, then the chosen strategy's own rules, then no field it ignores set."""
+    """Every strategy's field ranges, then the chosen strategy's own rules."""
     for cls in REGISTRY.values():
         cls.validate_fields(cfg)
-    chosen = get(cfg.strategy)
-    chosen.validate(cfg)
-    for name in chosen.unread(cfg):
-        value = getattr(cfg, name)
-        if value not in _unset(name):
-            raise ConfigError(name, f"not read by strategy {cfg.strategy}{_why(chosen, cfg, name)}: leave it out "
-                              "(it would only change the run's cache key)", value)
-
-
-def _unset(name: str) -> tuple:
-    """The values an ignored field may keep: its default, and for a learning rate what "auto" becomes."""
-    from ..config import AUTO, LR_DEFAULTS, RunConfig
-
-    default = RunConfig.__dataclass_fields__[name].default
-    # a rate's first value is what "auto" resolves to where unread, so a reset config hashes as stored runs do
-    return (LR_DEFAULTS[name], AUTO, default) if name in LR_DEFAULTS else (default,)
-
-
-def _why(cls, cfg, name: str) -> str:
-    owner = next((s.name for s in REGISTRY.values() if name in s.fields()), None)
-    if owner == cls.name:  # its own field, unused by this setting of another (e.g. sparsity with selection bias)
-        return f" with {cls.unread_because(cfg, name)}"
-    return f" (only {owner})" if owner else ""
-
-
-def reset_unread(d: dict) -> dict:
-    """Config fields ``d`` with those its strategy ignores reset to their unset value.
-
-    For configs made by changing another's strategy (a sweep's points, a page's twin run) and for runs
-    stored before ignored fields were refused.
-    """
-    cls = get(d.get("strategy", "lp-fft"))
-    from ..config import RunConfig
-
-    probe = RunConfig.__new__(RunConfig)  # unvalidated: `unread` only reads fields
-    for k, f in RunConfig.__dataclass_fields__.items():
-        object.__setattr__(probe, k, d.get(k, f.default))
-    return {**d, **{k: _unset(k)[0] for k in cls.unread(probe) if k in d and d[k] not in _unset(k)}}
+    get(cfg.strategy).validate(cfg)
 
 
 def plan(cfg, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> list[PhasePlan]:

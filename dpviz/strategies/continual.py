@@ -117,7 +117,7 @@ class PublicThenPrivate(Strategy):
         self.switch = {"step": loop.step, "reason": reason, "public_dataset": self.cfg.public_dataset,
                        "decelerator_public": self.monitor.history if self.monitor else None}
         loop.event("switch", f"public → private at step {loop.step} ({reason})")
-        loop.store.update_run(loop.run_id, total_steps=loop.step + sum(p.steps for p in loop.prep.phases))
+        loop.update_run(total_steps=loop.step + sum(p.steps for p in loop.prep.phases))
         loop.evaluate()
 
     def summary(self, loop):

@@ -16,6 +16,12 @@ ROW_SELECTIONS = ("sparta", "magnitude", "random")
 HEAD_FRACTION = 0.2  # share of epochs on the head first (10 of 50 in the reference runs)
 
 
+def trains(selection: str) -> dict:
+    """What trains besides the head under ``selection`` (`sparse.set_masked_trainable`'s switches)."""
+    rows = selection in ROW_SELECTIONS
+    return {"rows": rows, "norms": rows or selection == "norm", "biases": rows or selection == "bias"}
+
+
 @register
 class SparseFineTune(Strategy):
     name, label, color = "sparse", "sparse rows (SPARTA and baselines)", "#ff7f0e"
@@ -101,12 +107,12 @@ class SparseFineTune(Strategy):
         mask = sparse.choose_mask(bb, cfg.selection, cfg.sparsity, scores=self.scores, seed=cfg.seed)
         rows_per_layer = {n: int(m.weight.shape[0]) for n, m in sparse.row_layers(bb).items()}  # before wrapping
         sparse.apply_mask(bb, mask)
-        sparse.set_masked_trainable(loop.model, cfg.selection)
+        sparse.set_masked_trainable(loop.model, **trains(cfg.selection))
         self.facts = {"selection": cfg.selection, "sparsity": cfg.sparsity,
                       "trainable_fraction": sparse.trainable_fraction(loop.model),
                       "mask_layers": {n: len(rows) / rows_per_layer[n] for n, rows in mask.items()}}
-        loop.store.save_mask(loop.run_id, {"step": loop.step, "selection": cfg.selection, "sparsity": cfg.sparsity,
-                                           "mask": mask, "rows_per_layer": rows_per_layer})
+        loop.save_mask({"step": loop.step, "selection": cfg.selection, "sparsity": cfg.sparsity,
+                        "mask": mask, "rows_per_layer": rows_per_layer})
         loop.event("mask", f"{cfg.selection}: {self.facts['trainable_fraction']:.4f} of the backbone's weights train")
 
     def state_dict(self, model):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..figures.style import eps_text
+
+def eps_text(eps: float) -> str:
+    """ε as the readings write it (∞ for no noise); theory sits below the figures, so it has its own."""
+    return "∞" if not math.isfinite(float(eps)) else f"{float(eps):g}"
+
 
 RECONSTRUCTED = ("The ε → noise constant is **reconstructed** (NOTES.md §7): the Rényi bound α·β·C²·T/(4n²) "
                  "of Langevin diffusion with clipped gradients under add/remove neighbours, by Girsanov; check "

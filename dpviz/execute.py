@@ -1,0 +1,81 @@
+"""Run one concrete configuration: prepare → train → persist, the one path every trained run takes.
+
+"Concrete" means every field is a value: a config with learning rates on "auto" is refused here
+(choosing them trains other runs on public data, which is policy: `dpviz.autotune`, above this core,
+and `dpviz.runner.run` resolves before it executes). `run` answers a configuration that is already
+stored from the store and trains it otherwise; `train_unstored` trains without storing anything (an
+audit's run, which is not the user's).
+
+The store is passed in, never imported: the run core sits below the store in dpviz's layers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from . import engine, trainer
+from .config import RunConfig
+from .errors import Cancelled, ConfigError
+
+
+def _concrete(cfg: RunConfig) -> None:
+    if cfg.auto:
+        raise ConfigError(cfg.auto[0], 'a number: this path runs concrete configs (dpviz.run resolves "auto" first)',
+                          "auto")
+
+
+def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None, progress: Callable | None = None,
+        cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
+    """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
+
+    Args:
+        cfg: a concrete configuration.
+        store: the `dpviz.store.Store` that answers and keeps it.
+        force: train even if an identical run is stored.
+        extra: fields added to the stored summary (e.g. where "auto" rates came from).
+        progress, cancel, on_start, on_checkpoint, ahead: as `dpviz.runner.run`.
+
+    Raises:
+        ConfigError: bad input; nothing is stored then.
+        Cancelled: ``cancel`` was set; the run is stored as cancelled.
+    """
+    _concrete(cfg)
+    h = cfg.hash()
+    if not force and (hit := store.find_finished(h)):
+        if on_start:
+            on_start(hit["run_id"])
+        return {**hit["summary"], **(extra or {}), "cached": True}
+    prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
+    run_id = store.create_run(h, cfg.to_json(), prep.total_steps)
+    store.update_run(run_id, started=time.time())
+    if on_start:
+        on_start(run_id)
+    try:
+        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
+                                on_checkpoint=on_checkpoint)
+    except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
+        store.finish_run(run_id, "cancelled", error="cancelled by the user")
+        raise
+    except BaseException as e:
+        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+        store.event(run_id, "traceback", traceback.format_exc())
+        raise
+    summary = {**summary, **(extra or {})}  # stored: `show --json` says where "auto" rates came from
+    store.finish_run(run_id, "finished", summary=summary)
+    return {**summary, "cached": False}
+
+
+def train_unstored(cfg: RunConfig, *, cache_dir, canaries: Callable[[Any], Any] | None = None,
+                   progress: Callable | None = None, cancel: threading.Event | None = None):
+    """Train ``cfg`` and keep nothing in a store: returns (summary, the prepared run with its trained model).
+
+    ``cache_dir``: where the pretrained backbones are cached. ``canaries``: an audit's canaries (see
+    `engine.prepare`).
+    """
+    _concrete(cfg)
+    prep = engine.prepare(cfg, cache_dir=cache_dir, canaries=canaries)
+    return trainer.train(prep, store=None, run_id="unstored", progress=progress, cancel=cancel), prep
