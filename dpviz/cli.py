@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--sweep-threats", nargs="+", default=None, metavar="T", help="(default: both)")
     au.add_argument("--json", action="store_true", help="print the JSON report (scores included) on stdout")
     au.add_argument("--quiet", action="store_true", help="no progress bar")
-    th = sub.add_parser("theory", help="the theory lab: seed 000's two-layer setting under Langevin diffusion "
+    th = sub.add_parser("theory", help="the theory lab: Ke et al. 2024's two-layer setting under Langevin diffusion "
                         "(LP, FFT, LP-FFT over time; --utility: loss against the LP share; --overlay: real DP-SGD)")
     _theory_flags(th)
     ls = sub.add_parser("list", help="list stored runs")

@@ -37,7 +37,7 @@ class RowDelta(nn.Module):
 
     The forward runs one layer with W₀ + scatter(rows, Δ) (the same cost as the dense layer); book-keeping
     then needs only the selected rows' output gradients (B, k, …) for per-sample norms and the clipped sum,
-    so the per-sample work scales with k ("row grouping", seed 003). ``base.bias`` may train too.
+    so the per-sample work scales with k ("row grouping", Makni et al. 2025). ``base.bias`` may train too.
     """
 
     def __init__(self, base: nn.Module, rows: torch.Tensor):
@@ -303,7 +303,7 @@ def clip_factors(norms: torch.Tensor, clip_norm: float, clipping: str = "abadi")
     """Per-sample scale c_i (B,): Abadi min(1, C/‖g_i‖), or AUTO-S C/(‖g_i‖ + γ) with γ = 0.01.
 
     Both keep ‖c_i g_i‖ ≤ C, so the noise std σ·C gives the same guarantee; AUTO-S rescales every
-    gradient (no threshold to tune: C only sets the step size, seed 004's automatic clipping).
+    gradient (no threshold to tune: C only sets the step size; automatic clipping as Bu et al. 2024 use it).
     """
     if clipping == "auto-s":
         return clip_norm / (norms + AUTO_S_GAMMA)
