@@ -511,7 +511,8 @@ def cmd_reproduce(args) -> int:
     from . import reproduce
 
     if args.list:
-        print("\n".join(f"{c.id:<16} [{c.seed}] {c.sentence}  ({c.preset})" for c in reproduce.CLAIMS))
+        print("\n".join(f"{c.id:<16} [{reproduce.PAPERS[c.seed][0]}] {c.sentence}  ({c.preset})"
+                        for c in reproduce.CLAIMS))
         return 0
     unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
     if unknown:
