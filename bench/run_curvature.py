@@ -1,4 +1,4 @@
-"""Seed 004 on the default: curvature over DP-FFT training, accountants, and continual vs pure DP.
+"""Bu et al. 2024 on the default: curvature over DP-FFT training, accountants, and continual vs pure DP.
 
 Prints markdown tables and writes figures to docs/figures/. Usage: python bench/run_curvature.py
 """

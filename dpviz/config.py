@@ -139,7 +139,7 @@ class RunConfig:
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
             d["_schema"] = SCHEMA_VERSION
-            if self.accountant == "gdp":  # σ is calibrated by PRV's bound since issue 15: not the old runs
+            if self.accountant == "gdp":  # σ is calibrated by PRV's bound now (GDP's overspent): not the old runs
                 d["_gdp_calibrated_by"] = "prv"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 

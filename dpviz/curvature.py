@@ -1,4 +1,4 @@
-"""Curvature of the training loss and the terms of DP-SGD's per-step improvement (seed 004).
+"""Curvature of the training loss and the terms of DP-SGD's per-step improvement (Bu et al. 2024).
 
 Pure math on a model and a fixed batch; nothing here reads the store.
 
@@ -7,14 +7,14 @@ clip factor c (clip(g_i) ≈ c·g_i), noise multiplier σ, mean gradient G,
 Hessian H and per-sample gradient covariance Σ, the noisy update is
 g̃ = (Σ_i clip(g_i) + N(0, σ²C²I)) / B, so E[g̃] = c·G and
 Cov[g̃] = c²Σ/B + σ²C²I/B². A second-order expansion of the loss gives
-(reconstructed in ``../shared/NOTES.md`` §4)::
+(our reconstruction of Bu et al. 2024's analysis, not a quotation)::
 
     E[ΔL] ≈ η·c·GᵀG − (η²/2)·c²·[GᵀHG + tr(HΣ)/B + σ²C²·tr(H)/(B²c²)]
 
 so at the best η* = GᵀG / (c·D) the improvement is (GᵀG)² / (2·D), with the
 denominator D the sum of three terms: the curvature along the gradient
 GᵀHG, the sampling term tr(HΣ)/B, and the **decelerator**
-σ²C²·tr(H)/(B²c²), which only DP noise adds. (Seed 004 writes the decelerator
+σ²C²·tr(H)/(B²c²), which only DP noise adds. (Bu et al. 2024 write the decelerator
 σ²·tr(H)/(B·c²) with σ normalised per sample; the terms here use dpviz's own
 σ, C and B exactly as its DP-SGD step does.)
 

@@ -1,8 +1,15 @@
-"""Background jobs: runs in threads with progress, status and cancel.
+"""Background runs: `JobManager` trains submitted configs in a thread pool, with progress, status and cancel.
 
-The dashboard holds one `JobManager` per server; the command line uses one
-for a single run. Threads only call library code and write to the store;
-readers (pages, the CLI's progress bar) poll `Job` fields or the store.
+Each `submit` becomes a `Job` (queued → running → finished, failed or cancelled) that a pool thread
+trains through `runner.run`: one worker per 2 cores by default, torch threads split so that workers ×
+threads ≤ cores. With ``analyses=True`` every new checkpoint's background analyses are queued beside the
+training (`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
+training or the other; a failed analysis is stored as a run event and never fails the run.
+
+The dashboard holds one `JobManager` per server (`dashboard.state.job_manager`); benches and tests make
+their own. The command line does not use one: ``python -m dpviz run`` trains in its own thread and leaves
+the analyses to a detached ``analyze all`` process. Threads only call library code and write to the
+store; readers (pages) poll `Job` fields or the store.
 """
 
 from __future__ import annotations

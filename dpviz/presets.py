@@ -1,8 +1,8 @@
 """The papers' experiments at small scale on the built-in ViT and the default data.
 
-* ``distortion`` (seed 000): DP-LP vs DP-FFT vs DP-LP-FFT at ε ∈ {1, 8}, with
+* ``distortion`` (Ke et al. 2024): DP-LP vs DP-FFT vs DP-LP-FFT at ε ∈ {1, 8}, with
   feature checkpoints every 6 steps so the kNN curves show the early dip.
-* ``law`` (seed 002): tune the last k = 1 … L blocks at ε ∈ {1, 8} with
+* ``law`` (the anonymous ViT study): tune the last k = 1 … L blocks at ε ∈ {1, 8} with
   δ = 1/n, once with a constant learning rate shared by all settings and once
   with a learning rate tuned per ε (picked on the default CNN grid: see
   README); checkpoints every 12 steps for the layer × step heat maps.

@@ -20,6 +20,16 @@ AGREES, PARTLY, DOES_NOT = "agrees", "partly", "does not"
 SEED_FILES = {"000": "000_c4e19def002afd7a.txt", "001": "001_6453452e78d6a51a.txt", "002": "002_0f4d90728d2cb6ec.txt",
               "003": "003_c62981ce2cee69bd.txt", "004": "004_207f8f735464075b.txt"}
 """The seed papers' files (shared/seeds/) each claim comes from."""
+PAPERS = {"000": ("Ke et al. 2024", "Characterizing the Training Dynamics of Private Fine-tuning with "
+                  "Langevin diffusion"),
+          "001": ("Ke et al. 2024 (arXiv v1)", "On the Convergence of Differentially-Private Fine-tuning: "
+                  "To Linearly Probe or to Fully Fine-tune?"),
+          "002": ("Anonymous ViT study", "Why Does Private Fine-Tuning Resist Differential Privacy Noise? "
+                  "A Representation Learning Perspective"),
+          "003": ("Makni et al. 2025", "SPARTA: An Optimization Framework for Differentially Private "
+                  "Sparse Fine-Tuning"),
+          "004": ("Bu et al. 2024", "Pre-training Differentially Private Models with Limited Public Data")}
+"""Each seed file's paper as (key used in the code, title), for display; full citations in docs/papers.md."""
 VERDICTS = (AGREES, PARTLY, DOES_NOT)
 PRIVATE_NOTE = "measured on statistics of private data: NOT covered by the DP guarantee"
 

@@ -1,4 +1,4 @@
-"""Private sparse fine-tuning (SPARTA, seed 003) and its fixed-mask baselines.
+"""Private sparse fine-tuning (SPARTA, Makni et al. 2025) and its fixed-mask baselines.
 
 Rows are the output neurons of Linear layers and the output filters of Conv2d
 layers (the weight flattened to out × rest). A mask keeps a set of rows per

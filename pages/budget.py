@@ -10,7 +10,7 @@ from dpviz.errors import DpvizError
 
 layout.page_setup("Budget allocation", r"""
 LP-FFT spends a share p of its steps — and, with one noise multiplier for the whole run, exactly the same
-share of its privacy loss — on linear probing, the rest on full fine-tuning. Seeds 000/001 predict a **utility
+share of its privacy loss — on linear probing, the rest on full fine-tuning. Ke et al. 2024 predict a **utility
 curve** with an interior optimum in p, and that the best LP share **grows as ε shrinks**. A sweep over
 (ε, p, seed) is an Optuna study (grid sampler); its runs go to background worker processes and every point is
 an ordinary stored run, so the other pages can open it. Relaunching the same sweep only runs missing points.

@@ -9,7 +9,7 @@ from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 
 layout.page_setup("Public → private", r"""
-Continual training (seed 004) trains without DP on the public `glyphs` data first, then switches to DP-SGD on
+Continual training (Bu et al. 2024) trains without DP on the public `glyphs` data first, then switches to DP-SGD on
 the private data — at a chosen step, or automatically once the decelerator measured on public data has fallen
 to a fraction of its peak. Its ε counts only the private phase, which has as many steps as pure DP-FFT, so both
 spend the same budget. With AdamW the first moment restarts at the switch.

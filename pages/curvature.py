@@ -7,13 +7,13 @@ from dpviz import figures, results, strategies
 from dpviz.config import RunConfig
 
 layout.page_setup("Curvature", r"""
-Why DP noise hurts some training far more than other (seed 004). DP-SGD's update is
+Why DP noise hurts some training far more than other (Bu et al. 2024). DP-SGD's update is
 $\tilde g = (\sum_i c_i g_i + \mathcal N(0, \sigma^2 C^2 I))/B$ with clip factors $c_i$ (mean $c$). A second-order
-expansion of the loss (reconstructed, `../shared/NOTES.md` §4) gives the expected improvement per step
+expansion of the loss (our reconstruction of Bu et al. 2024's analysis) gives the expected improvement per step
 $\mathbb E[\Delta L] \approx \eta c\, G^\top G - \tfrac{\eta^2}{2} c^2 D$ with
 $D = G^\top H G + \mathrm{tr}(H\Sigma)/B + \sigma^2 C^2\, \mathrm{tr}(H)/(B^2 c^2)$,
 so at the best learning rate the loss falls by $(G^\top G)^2 / (2D)$. The last term, the **decelerator**, is the
-only one DP adds: it is large where the Hessian trace $\mathrm{tr}(H)$ is large. (Seed 004 writes it
+only one DP adds: it is large where the Hessian trace $\mathrm{tr}(H)$ is large. (Bu et al. 2024 write it
 $\sigma^2 \mathrm{tr}(H)/(B c^2)$ with σ normalised per example; dpviz uses its own σ, C, B as the DP step does.)
 $\mathrm{tr}(H)$ is Hutchinson's estimate — the mean of $v^\top H v$ over Rademacher vectors, each $Hv$ a
 double-backprop Hessian-vector product on the plain model in evaluation mode, on a fixed batch of 256 private

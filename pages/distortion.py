@@ -8,7 +8,7 @@ from dpviz import figures, results
 layout.page_setup("Feature distortion", r"""
 How good are the backbone's own (penultimate) features for the private task while DP fine-tuning runs?
 At every feature checkpoint dpviz measures the **kNN accuracy** of the penultimate features of a fixed
-evaluation subset (cosine similarity, k = 20, 2-fold cross-validation within the subset). Seeds 000/001
+evaluation subset (cosine similarity, k = 20, 2-fold cross-validation within the subset). Ke et al. 2024
 predict that DP-FFT *distorts* the pretrained features early — the new head is random, so its noisy
 gradients push the backbone in useless directions — and that a DP-LP phase first (LP-FFT) avoids the dip.
 The map below projects the same features to 2-D (PCA fitted on all checkpoints of the run at once, so
@@ -17,7 +17,8 @@ points that do not move in feature space do not move on the map).
 analyses.privacy_banner()
 
 st.subheader("Preset")
-analyses.launch_preset("distortion", "Launch seed 000's experiment: ViT, LP vs FFT vs LP-FFT at ε ∈ {1, 8} (6 runs)")
+analyses.launch_preset("distortion", "Launch Ke et al. 2024's experiment: ViT, LP vs FFT vs LP-FFT at ε ∈ {1, 8} "
+                                     "(6 runs)")
 
 labels = analyses.analysed_runs()
 if not labels:

@@ -7,7 +7,7 @@ from dashboard import analyses, layout, runs, state
 from dpviz import figures, reproduce
 
 layout.page_setup("Reproduction", r"""
-A scorecard of the papers behind dpviz: every headline claim as a row — the claim, its seed file, the experiment
+A scorecard of the papers behind dpviz: every headline claim as a row — the claim, its paper, the experiment
 that tests it on the default task, what dpviz measures (mean ± std over seeds, learning rates on **auto**, i.e.
 tuned on public data only), a verdict (*agrees* / *partly* / *does not*) and a reading. The experiments are ordinary
 runs in the store: launching again reuses every finished run, so a stopped scorecard resumes where it was.
@@ -35,7 +35,7 @@ rows = [] if running else reproduce.stored_rows(claims, seeds=tuple(range(seeds)
 if not rows:
     st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores).")
     st.stop()
-table = pd.DataFrame([{"claim": r["id"], "seed file": r["seed_file"], "statement": r["claim"],
+table = pd.DataFrame([{"claim": r["id"], "paper": " — ".join(reproduce.PAPERS[r["seed"]]), "statement": r["claim"],
                        "experiment": r["preset"], "verdict": r["verdict"], "reading": r["reading"],
                        "seeds": r["seeds"]} for r in rows])
 st.dataframe(table, hide_index=True, key="re_table")

@@ -9,17 +9,19 @@ layout.page_setup("Separability law", r"""
 He & Su's **law of data separation**: for the features of each layer l (index 0 is the input), the
 fuzziness $D_l = \mathrm{Tr}(SS_w \cdot SS_b^{+})$ — within-class scatter measured against the pseudo-inverse
 of the between-class scatter, both n-weighted — decays geometrically with depth, $D_l \approx \rho^l D_0$.
-(Seed 002 prints the product the other way round, $\mathrm{Tr}(SS_b \cdot SS_w^{+})$; He & Su's code and dpviz
+(The anonymous ViT study prints the product the other way round, $\mathrm{Tr}(SS_b \cdot SS_w^{+})$;
+He & Su's code and dpviz
 use the order above, the quantity that decays.) The **prediction residual** $PR_l$ is the mean squared error
 of a least-squares read-out (with intercept) of the one-hot label from layer l, divided by the label's
-variance. Seed 002 finds that DP noise with badly chosen hyperparameters destroys the law, and that with tuned
+variance. The anonymous ViT study finds that DP noise with badly chosen hyperparameters destroys the law,
+and that with tuned
 ones it survives for any number of tuned blocks. Features are the CLS token (ViT) or pooled channels (CNN).
 """)
 analyses.privacy_banner()
 
 st.subheader("Preset")
-analyses.launch_preset("law", "Launch seed 002's experiment: ViT, tune the last 1…4 blocks at ε ∈ {1, 8}, "
-                              "constant vs tuned learning rate (16 runs)")
+analyses.launch_preset("law", "Launch the anonymous ViT study's experiment: ViT, tune the last 1…4 blocks at "
+                              "ε ∈ {1, 8}, constant vs tuned learning rate (16 runs)")
 
 labels = analyses.analysed_runs()
 if not labels:

@@ -8,7 +8,7 @@ from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 
 layout.page_setup("Sparse fine-tuning", r"""
-**SPARTA** (seed 003) privately chooses a small set of weight *rows* — output neurons of Linear layers, output
+**SPARTA** (Makni et al. 2025) privately chooses a small set of weight *rows* — output neurons of Linear layers, output
 filters of Conv layers — then fine-tunes only those. Schedule: the head alone for 20 % of the epochs; one
 **selection epoch** of ordinary DP-SGD whose noisy gradients $\tilde g = (\sum_i \mathrm{clip}(g_i) +
 \mathcal N(0,\sigma^2C^2I))/B$ are summed in absolute value, $v = \sum_t |\tilde g_t|$ (no update; the accountant

@@ -1,4 +1,4 @@
-"""Theory lab: seed 000's two-layer setting under Langevin diffusion, with live ε and p sliders."""
+"""Theory lab: Ke et al. 2024's two-layer setting under Langevin diffusion, with live ε and p sliders."""
 
 import json
 import math
@@ -12,7 +12,7 @@ from dpviz.errors import ConfigError, DpvizError
 from dpviz.theory import readings
 
 layout.page_setup("Theory lab", r"""
-Seed 000's canonical setting, where its theorems hold: a two-layer network $f(x)=\sum_j v_j\,\phi(w_j^\top x)$
+Ke et al. 2024's canonical setting, where their theorems hold: a two-layer network $f(x)=\sum_j v_j\,\phi(w_j^\top x)$
 whose first layer is *pretrained* (each $w_j$ aligned with the separating direction $z$ by $a$), a random
 Gaussian head $v$, data separable by $z$ with margin γ, and DP-SGD approximated by Langevin diffusion
 $d\theta=-\nabla L_C(\theta)\,dt+s\,dW$ on the clipped loss (Definition 2.1), simulated by Euler–Maruyama over

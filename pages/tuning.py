@@ -12,8 +12,8 @@ from dpviz.errors import ConfigError, DpvizError
 
 layout.page_setup("Tuning", r"""
 A search over learning rates (per phase), clipping norm C, batch size B and epochs, run as an Optuna study
-with the TPE sampler: every trial is an ordinary DP run at the chosen ε, stored like any other. Seed 002's
-point is that with *tuned* hyperparameters DP noise hurts far less.
+with the TPE sampler: every trial is an ordinary DP run at the chosen ε, stored like any other. The anonymous
+ViT study's point is that with *tuned* hyperparameters DP noise hurts far less.
 
 **Tuning costs privacy.** Each trial trained on the private data spends its own ε; choosing the best of
 *N* trials releases information about the private data that **no single run's ε includes** (the total is

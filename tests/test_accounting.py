@@ -224,4 +224,6 @@ def test_the_configs_accountants_are_the_ones_accounting_composes():
     """`RunConfig.accountant`'s choices and the accountants the pure math composes are one list."""
     from dpviz import fields
 
+    from dpviz.privacy import accounting
+
     assert fields.ACCOUNTANTS == tuple(accounting.BOUND_BY)

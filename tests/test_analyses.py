@@ -154,7 +154,7 @@ def test_presets_are_valid_configs_of_the_papers_settings():
     assert all(c.backbone == "vit" and c.checkpoint_every > 0 for c in d)
     lw = law()
     assert len(lw) == 16 and {c.tune_blocks for c in lw} == {1, 2, 3, 4}
-    assert all(c.delta == pytest.approx(1 / 1437) for c in lw)  # δ = 1/n as in seed 002
+    assert all(c.delta == pytest.approx(1 / 1437) for c in lw)  # δ = 1/n as in the anonymous ViT study
     assert len({(c.lr_lp, c.lr_ft) for c in lw}) == 3  # one constant rate, one tuned pair per ε
 
 

@@ -1,4 +1,4 @@
-"""Privacy audits (issue 15): the bound math, and canaries in real (small) training runs."""
+"""Privacy audits: the bound math, and canaries in real (small) training runs."""
 
 import importlib.util
 import math

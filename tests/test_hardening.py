@@ -1,6 +1,6 @@
 """Bad input and damaged files: one line naming the field (exit 2), nothing stored changed, no stray file.
 
-The table is issue 14's and 26's probes, each a case that once gave a traceback, was accepted, or said
+The table is the bad-input probes, each a case that once gave a traceback, was accepted, or said
 the wrong words; damaged stores are tests below it (planted links: tests/test_store_links.py). They run
 `dpviz.cli.main` in this process; tests/test_cli.py runs the same contract through real subprocesses.
 """
@@ -43,7 +43,7 @@ CASES = [
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--seeds", "-1"], "seed"),
     (["sweep", "budget", "--epsilon", "1", "--fractions", "0.5", "--delta", "0.5"], "delta"),
     ([*ACC, "--delta", "0.5"], "delta"),
-    # issue 26: no DP has one spelling ("inf"); a schedule beyond the machine; fields a strategy ignores
+    # no DP has one spelling ("inf"); a schedule beyond the machine; fields a strategy ignores
     (["run", "--epsilon", "none"], "epsilon"), (["run", "--epsilon", "Infinity"], "epsilon"),
     (["audit", "--epsilon", "none"], "epsilon"), (["sweep", "budget", "--epsilon", "none"], "epsilon"),
     (["theory", "--epsilon", "1e999"], "epsilon"), (["audit", "--sweep", "--sweep-epsilons", "1e999"], "sweep_epsilons"),
@@ -62,14 +62,14 @@ CASES = [
     (["run", "--config", "EPS_JSON_1E999"], "epsilon"), (["run", "--config", "EPS_JSON_INFINITY"], "epsilon"),
     (["run", "--config", "EPS_JSON_RUN_TABLE"], "epsilon"), (["run", "--config", "EPS_JSON_NONE"], "epsilon"),
     (["run", "--config", "EPS_TOML_1E999"], "epsilon"), (["run", "--config", "EPS_TOML_INF"], "epsilon"),
-    # issue 26: --out never replaces a device, FIFO or socket (nor a link to one); bad input found after
+    # --out never replaces a device, FIFO or socket (nor a link to one); bad input found after
     # the store opened leaves no store folder at a new path
     (["features", "RUN", "--out", "A_FIFO"], "out"), (["features", "RUN", "--out", "A_LINK_TO_A_FIFO"], "out"),
     (["features", "RUN", "--out", "A_CHAR_DEVICE"], "out"),
     (["--cache-dir", "NEW_DIR", "run", "--delta", "0.01"], "delta"),
     (["--cache-dir", "NEW_DIR", "show", "nope"], "nope"),
     (["--cache-dir", "NEW_DIR", "analyze", "knn", "nope"], "nope"),
-    # issue 26: flags a sweep or search would ignore or contradict; range ends the data cannot take
+    # flags a sweep or search would ignore or contradict; range ends the data cannot take
     (["sweep", "budget", "--strategy", "fft"], "strategy"), (["sweep", "budget", "--sparsities", "0.9"], "sparsities"),
     (["sweep", "budget", "--selections", "bias"], "selections"), (["sweep", "budget", "--no-fft"], "no_fft"),
     (["sweep", "budget", "--lora-ranks", "2"], "lora_ranks"), (["sweep", "sparse", "--fractions", "0.5"], "fractions"),

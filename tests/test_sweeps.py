@@ -157,7 +157,7 @@ def test_sparse_profile_points_add_lora_ranks_without_moving_other_runs():
     assert len({c.hash() for c in cfgs if c.strategy == "lora"}) == 2  # the rank keys LoRA runs only
 
 
-# --- kill -9: a relaunch finishes every point exactly once (issue 26) ------------------------------
+# --- kill -9: a relaunch finishes every point exactly once -----------------------------------------
 KILLED = dict(epochs="1", batch_size="512", lr_lp="0.5", lr_ft="0.05")
 SWEEP = ["sweep", "budget", "--epsilon", "2", "--fractions", "0", "0.5", "1", "--seeds", "0", "--workers", "1",
          "--json", *[a for k, v in KILLED.items() for a in ("--" + k.replace("_", "-"), v)]]

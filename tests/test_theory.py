@@ -1,4 +1,4 @@
-"""The theory lab: seed 000's claims as properties of the simulation, the ε → noise map, the closed form,
+"""The theory lab: Ke et al. 2024's claims as properties of the simulation, the ε → noise map, the closed form,
 the engine overlay, and the command line."""
 
 import json

@@ -1,7 +1,7 @@
 """kNN accuracy of backbone (penultimate) features: how well the features alone classify.
 
 Top-1 accuracy of a k-nearest-neighbour vote (cosine similarity, k = 20 as in
-seed 000) by 2-fold cross-validation on the stored evaluation subset: points
+Ke et al. 2024) by 2-fold cross-validation on the stored evaluation subset: points
 at even positions vote for those at odd positions and vice versa. Votes tie
 to the smallest label, as scikit-learn's `KNeighborsClassifier` does.
 """

@@ -1,4 +1,4 @@
-"""Prediction residual per layer (He & Su 2024; NOTES §2).
+"""Prediction residual per layer (He & Su 2024).
 
 PR_l = mean squared error of the least-squares fit (with intercept) from the
 layer's representation (the ViT's CLS token, the CNN's pooled channels, the

@@ -1,8 +1,8 @@
-"""Fuzziness per layer and the law of data separation (He & Su 2023; seed 002).
+"""Fuzziness per layer and the law of data separation (He & Su 2023; the anonymous ViT study).
 
 For features x_ki of class k (n_k points, class mean x̄_k, global mean x̄):
 SS_b = (1/n) Σ_k n_k (x̄_k − x̄)(x̄_k − x̄)ᵀ,  SS_w = (1/n) Σ_k Σ_i (x_ki − x̄_k)(x_ki − x̄_k)ᵀ,
-D = Tr(SS_w · SS_b⁺). Seed 002 prints the product as Tr(SS_b · SS_w⁺); He & Su's code
+D = Tr(SS_w · SS_b⁺). The anonymous ViT study prints the product as Tr(SS_b · SS_w⁺); He & Su's code
 uses the order here, the quantity that decays with depth: D_l ≈ ρ^l · D_0.
 
 SS_b = M Mᵀ with M = [√(n_k/n)(x̄_k − x̄)]_k (d × K) has rank ≤ K − 1, so with the

@@ -19,7 +19,7 @@ from .common import dump, number
 def add_theory(sub) -> None:
     from ..theory import Setting
 
-    p = sub.add_parser("theory", help="the theory lab: seed 000's two-layer setting under Langevin diffusion "
+    p = sub.add_parser("theory", help="the theory lab: Ke et al. 2024's two-layer setting under Langevin diffusion "
                        "(LP, FFT, LP-FFT over time; --utility: loss against the LP share; --overlay: real DP-SGD)")
     for f in fields(Setting):
         p.add_argument(f"--{f.name.replace('_', '-')}", default=None, metavar=f.name.upper(),
@@ -129,7 +129,8 @@ def cmd_reproduce(args) -> int:
     from .. import reproduce
 
     if args.list:
-        print("\n".join(f"{c.id:<16} [{c.seed}] {c.sentence}  ({c.preset})" for c in reproduce.CLAIMS))
+        print("\n".join(f"{c.id:<16} [{reproduce.PAPERS[c.seed][0]}] {c.sentence}  ({c.preset})"
+                        for c in reproduce.CLAIMS))
         return 0
     unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
     if unknown:

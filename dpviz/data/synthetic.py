@@ -1,4 +1,4 @@
-"""Separable data of the theory setting (seed 000, Assumption "separable data").
+"""Separable data of the theory setting (Ke et al. 2024, Assumption "separable data").
 
 Inputs x ~ N(0, I_d) with d = 256 shown as 1×16×16 images; the label is
 sign(zᵀx) for a fixed unit direction z, and points with |zᵀx| < margin are

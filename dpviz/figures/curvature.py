@@ -48,7 +48,7 @@ def blocks_figure(blocks: pd.DataFrame, title_run: str) -> go.Figure:
 
 
 def accountants_figure(rows: pd.DataFrame, epsilon: float, delta: float, epochs: int) -> go.Figure:
-    """σ(B) and σ²/B against B for each accountant (seed 004's comparison)."""
+    """σ(B) and σ²/B against B for each accountant (Bu et al. 2024's comparison)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("noise multiplier σ", "σ²/B (noise variance per example)"))
     for acc, g in rows.groupby("accountant", sort=False):
         g = g.sort_values("batch_size")

@@ -21,7 +21,7 @@ def _methods() -> dict:
 
 
 def profile_figure(table: pd.DataFrame) -> go.Figure:
-    """Test accuracy against % trainable backbone parameters, one panel per ε (seed 003's figures)."""
+    """Test accuracy against % trainable backbone parameters, one panel per ε (Makni et al. 2025, Figures 2 and 4)."""
     eps = eps_order(table["epsilon"].unique())
     fig = make_subplots(rows=1, cols=len(eps), shared_yaxes=True,
                         subplot_titles=[f"ε = {eps_text('inf' if e is None else e)}" for e in eps])

@@ -62,7 +62,7 @@ def utility_figure(u, current_share: float | None = None) -> go.Figure:
     if current_share is not None:
         fig.add_vline(x=current_share, line=dict(color=GREY, dash="dash"), annotation_text="p")
     fig.update_yaxes(type="log")
-    return _layout(fig, "Utility curve: final loss against the LP share p (seed 000, Figure 2 right)",
+    return _layout(fig, "Utility curve: final loss against the LP share p (Ke et al. 2024, Figure 2 right)",
                    "LP share p (0 = FFT only, 1 = LP only)", "final training loss (log)", height=380)
 
 

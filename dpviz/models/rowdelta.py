@@ -17,7 +17,7 @@ class RowDelta(nn.Module):
 
     The forward runs one layer with W₀ + scatter(rows, Δ) (the same cost as the dense layer); book-keeping
     then needs only the selected rows' output gradients (B, k, …) for per-sample norms and the clipped sum,
-    so the per-sample work scales with k ("row grouping", seed 003). ``base.bias`` may train too.
+    so the per-sample work scales with k ("row grouping", Makni et al. 2025). ``base.bias`` may train too.
     """
 
     def __init__(self, base: nn.Module, rows: torch.Tensor):

@@ -23,7 +23,7 @@ MAX_CURVE_POINTS = 5000  # RDP's curve has a point per step up to here (bounded 
 
 # The accountant whose ε bounds a run that names each one. PRV's upper bound and RDP are valid upper
 # bounds; GDP is a central-limit approximation, not a bound: σ calibrated by it overspent the budget by
-# 2–9 % against an independent PLD accountant (issue 15). A run that names GDP is calibrated and
+# 2–9 % against an independent PLD accountant (Google's dp-accounting). A run that names GDP is calibrated and
 # reported by PRV's bound, and GDP's figure is shown beside it, labelled approximate.
 BOUND_BY = {"prv": "prv", "rdp": "rdp", "gdp": "prv"}
 
@@ -120,7 +120,7 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
     """Smallest σ (within ``rel_tol`` of ε) such that the whole schedule spends ≤ target ε.
 
     One σ for every phase: under composition each phase then spends privacy in
-    proportion to its steps (NOTES §1, "simplest exact form"). A bracket is
+    proportion to its steps (the simplest exact split of one budget). A bracket is
     found by doubling, then narrowed by the Illinois variant of regula falsi on
     log ε(σ) (a handful of accountant calls instead of ~20 for bisection). The
     returned σ is always the bracket's upper end, whose ε is ≤ target, so the
@@ -254,7 +254,7 @@ def check_sigma_table_args(*, epsilon: float, delta: float, epochs: int, dataset
 
 def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_size: int, batch_sizes,
                         accountants=("rdp", "gdp", "prv")) -> list[dict]:
-    """For each accountant and B: the σ a run of ``epochs`` epochs needs for (ε, δ) (seed 004's figure).
+    """For each accountant and B: the σ a run of ``epochs`` epochs needs for (ε, δ) (Bu et al. 2024's comparison).
 
     Returns rows {accountant, batch_size, noise_multiplier, sample_rate, steps, sigma2_over_b, error}; σ²/B
     is the noise variance per example that the decelerator scales with. An accountant that cannot reach

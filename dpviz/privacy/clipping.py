@@ -11,7 +11,7 @@ def clip_factors(norms: torch.Tensor, clip_norm: float, clipping: str = "abadi")
     """Per-sample scale c_i (B,): Abadi min(1, C/‖g_i‖), or AUTO-S C/(‖g_i‖ + γ) with γ = 0.01.
 
     Both keep ‖c_i g_i‖ ≤ C, so the noise std σ·C gives the same guarantee; AUTO-S rescales every
-    gradient (no threshold to tune: C only sets the step size, seed 004's automatic clipping).
+    gradient (no threshold to tune: C only sets the step size; automatic clipping as Bu et al. 2024 use it).
     """
     if clipping == "auto-s":
         return clip_norm / (norms + AUTO_S_GAMMA)

@@ -142,7 +142,7 @@ def switch_step(run: dict) -> int | None:
 
 # --- readings of the budget and compare figures ------------------------------------
 def budget_reading(rows: pd.DataFrame) -> str:
-    """The best LP share per ε (mean over seeds) and whether it grows as ε shrinks, as seeds 000/001 predict.
+    """The best LP share per ε (mean over seeds) and whether it grows as ε shrinks, as Ke et al. 2024 predict.
 
     Args:
         rows: one row per finished budget-sweep run: epsilon (None: no DP), lp_fraction, test_accuracy.

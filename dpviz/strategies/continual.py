@@ -1,4 +1,4 @@
-"""Continual: non-private training on public data, then DP-SGD on the private data (seed 004).
+"""Continual: non-private training on public data, then DP-SGD on the private data (Bu et al. 2024).
 
 The public phase runs ``switch_step`` steps, or with ``switch_step = -1`` at most T steps and stops
 early once the decelerator σ²C²tr(H)/(B²c²) of the coming DP phase, measured on a public batch, has
@@ -91,7 +91,7 @@ class PublicThenPrivate(Strategy):
                           sample_rate=min(1.0, self.cfg.batch_size / len(py)))
 
     def _carry_over(self, loop):
-        """Adam(W) keeps its second moment and restarts its first (seed 004: stale public momentum
+        """Adam(W) keeps its second moment and restarts its first (Bu et al. 2024: stale public momentum
         would point away from the private data); SGD gets a fresh optimizer."""
         opt, self.carried = self.carried, None
         if opt is None or self.cfg.optimizer == "sgd":

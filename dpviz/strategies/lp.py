@@ -1,4 +1,4 @@
-"""DP linear probing: the backbone stays frozen and only the new head trains (seed 000)."""
+"""DP linear probing: the backbone stays frozen and only the new head trains (Ke et al. 2024)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LP then FFT (seeds 000/001): the head first, so FFT starts from a trained head, under one budget."""
+"""LP then FFT (Ke et al. 2024): the head first, so FFT starts from a trained head, under one budget."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Partial fine-tuning: the last k backbone blocks and the head train (seed 002's depth study)."""
+"""Partial fine-tuning: the last k backbone blocks and the head train (the anonymous ViT study's depth sweep)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sparse fine-tuning: SPARTA's private row selection (seed 003) and its fixed-mask baselines.
+"""Sparse fine-tuning: SPARTA's private row selection (Makni et al. 2025) and its fixed-mask baselines.
 
 Schedule: the head alone for 20 % of the epochs; with ``selection = sparta`` one selection epoch of
 ordinary DP-SGD whose noisy releases score the rows (no update; the accountant counts it); then

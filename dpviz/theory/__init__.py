@@ -1,4 +1,4 @@
-"""The theory lab: seed 000's two-layer setting under Langevin diffusion, simulated in about a second.
+"""The theory lab: Ke et al. 2024's two-layer setting under Langevin diffusion, simulated in about a second.
 
 `Setting` holds the knobs; `curves(setting)` gives LP, FFT and LP-FFT over time (loss, the first layer's
 alignment with z, a linear probe's accuracy on the hidden features, the head's alignment with the best

@@ -81,7 +81,7 @@ class Utility:
 
 
 def utility(s: Setting, *, epsilons=UTILITY_EPSILONS, shares=UTILITY_SHARES) -> Utility:
-    """Every (ε, p) of the grid in one batch of len(ε)·len(p)·seeds paired runs (seed 000, Figure 2 right).
+    """Every (ε, p) of the grid in one batch of len(ε)·len(p)·seeds paired runs (Ke et al. 2024, Figure 2 right).
 
     To stay within seconds it integrates with h ≥ 0.1 and at most `UTILITY_SEEDS` seeds per point.
     """

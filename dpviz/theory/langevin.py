@@ -1,6 +1,6 @@
 """ε ↔ noise of Langevin diffusion with clipped per-example gradients: pure math, no state.
 
-The diffusion (seed 000, Definition 2.1, after Ganesh et al. 2023):
+The diffusion (Ke et al. 2024, Definition 2.1, after Ganesh et al. 2023):
 
     dθ = −∇L_C(θ) dt + s dW,   s = √(2/β),   L_C's gradient = (1/n) Σ_i clip_C(∇ℓ_i(θ)).
 
@@ -8,12 +8,12 @@ Neighbouring data sets differ by adding or removing one example (the relation dp
 the drifts of two runs differ by at most Δ = C/n at every instant. By Girsanov's theorem the Rényi
 divergence of order α between the two runs' laws up to time T is at most
 
-    D_α ≤ α · Δ² · T / (2 s²) = α · β · C² · T / (4 n²)        (seed 000, Theorem 4.1; reconstructed)
+    D_α ≤ α · Δ² · T / (2 s²) = α · β · C² · T / (4 n²)     (Ke et al. 2024, Theorem 4.1; reconstructed)
 
 — the Rényi curve of a Gaussian mechanism, linear in α with slope ρ = β C² T / (4 n²). It converts to
 (ε, δ)-DP by the conversion Opacus's RDP accountant uses (Canonne, Kamath & Steinke 2020; Balle et al.
-2020): ε = min_{α>1} [α ρ + log((α−1)/α) − (log δ + log α)/(α−1)]. The constant follows NOTES.md §7,
-which marks it *reconstructed*: the Theory page says so.
+2020): ε = min_{α>1} [α ρ + log((α−1)/α) − (log δ + log α)/(α−1)]. The constant is
+*reconstructed* (derived above, not checked against Ganesh et al. 2023): the Theory page says so.
 
 Euler–Maruyama with step h is DP-SGD on the full batch with noise std s·√h per step.
 """

@@ -1,4 +1,4 @@
-"""The same setting trained by dpviz's real DP-SGD, overlaid on its diffusion (seed 000, Theorem 2.2).
+"""The same setting trained by dpviz's real DP-SGD, overlaid on its diffusion (Ke et al. 2024, Theorem 2.2).
 
 Each seed's data and initial network come from the lab (`simulate.initial`), so both sides start from the
 same point. The engine side is dpviz's own mechanism: Poisson sampling at rate q, per-sample clipping by

@@ -12,7 +12,7 @@ def eps_text(eps: float) -> str:
     return "∞" if not math.isfinite(float(eps)) else f"{float(eps):g}"
 
 
-RECONSTRUCTED = ("The ε → noise constant is **reconstructed** (NOTES.md §7): the Rényi bound α·β·C²·T/(4n²) "
+RECONSTRUCTED = ("The ε → noise constant is **reconstructed** (derived here): the Rényi bound α·β·C²·T/(4n²) "
                  "of Langevin diffusion with clipped gradients under add/remove neighbours, by Girsanov; check "
                  "it against Ganesh et al. 2023 before quoting an ε from this page. The shapes do not depend on it.")
 
@@ -66,7 +66,7 @@ def readings(c) -> dict:
 
 def utility_reading(u) -> str:
     best = ", ".join(f"ε = {eps_text(e)}: p = {u.best_share[str(float(e))]:g}" for e in u.epsilons)
-    return (f"Best LP share per ε — {best}. A larger share for LP pays when the budget is small (seed 000, "
+    return (f"Best LP share per ε — {best}. A larger share for LP pays when the budget is small (Ke et al. 2024, "
             "Figure 2 right); one simulation per (ε, p) point, so neighbouring points differ by seed noise.")
 
 

@@ -1,12 +1,12 @@
-"""The theory lab's setting (seed 000, §3): a two-layer network on data separable by a direction z.
+"""The theory lab's setting (Ke et al. 2024, §3): a two-layer network on data separable by a direction z.
 
-Data (seed 000's separable-data assumption, its Figure 3): z = e₁; an input is
+Data (Ke et al. 2024's separable-data assumption, its Figure 3): z = e₁; an input is
 x = y·(γ + ½|ξ|)·z + (I − zzᵀ)g with y ∈ {−1, +1}, ξ ~ N(0, 1), g ~ N(0, I_d / d): every example lies
 at distance ≥ γ (the margin) from the hyperplane zᵀx = 0, and its other coordinates are isotropic noise.
 
 Network: f(x) = Σ_j v_j·φ(w_jᵀx), φ = ReLU (or the identity: the linear network). The first layer is
 "pretrained": w_j = a·s_j·z + √(1 − a²)·u_j with random signs s_j and unit u_j ⊥ z, so a ∈ [0, 1] is its
-alignment with z (a = 0: random features). The head is random, v ~ N(0, I) (seed 000's setting), or
+alignment with z (a = 0: random features). The head is random, v ~ N(0, I) (Ke et al. 2024's setting), or
 "aligned": the least-squares head on the pretrained features, as if linearly probed already.
 """
 
@@ -33,7 +33,7 @@ class Setting:
         n: training examples.
         margin: γ, the data's margin along z.
         alignment: a, the pretrained first layer's alignment with z.
-        activation: "relu" (seed 000's network) or "linear" (the linear network).
+        activation: "relu" (Ke et al. 2024's network) or "linear" (the linear network).
         loss: "logistic" (what DP-SGD's two-class cross-entropy is) or "squared" (closed forms for LP).
         head: "random" (N(0, I)) or "aligned" (the least-squares head on the pretrained features).
         epsilon, delta: the budget of the whole run; ε = ∞ trains without noise.

@@ -6,7 +6,7 @@ for its first ``switch[b]`` steps, then v and the first layer W together (FFT), 
 
     θ ← θ − h·(1/n) Σ_i clip_C(∇ℓ_i(θ)) + noise·√h·ξ,   ξ ~ N(0, I) on the parameters being trained
 
-— DP-SGD on the full batch (seed 000, Definition 2.1, discretised). Per-example gradients are never
+— DP-SGD on the full batch (Ke et al. 2024, Definition 2.1, discretised). Per-example gradients are never
 materialised: for the head g_i = r_i·h_i, for the first layer g_i = r_i·(v ⊙ φ'(W x_i)) x_iᵀ, a rank-one
 matrix, so ‖g_i‖² = r_i²·(‖h_i‖² + ‖v ⊙ φ'_i‖²·‖x_i‖²) with r_i = ∂ℓ/∂f at example i.
 """
@@ -23,7 +23,7 @@ from .setting import N_TEST, Setting, act, data, first_layer, least_squares_head
 STRATEGIES = ("lp", "fft", "lp-fft")
 METRICS = ("loss", "test_accuracy", "alignment", "probe_accuracy", "head_alignment")
 RECORDS = 40  # recorded time points per run
-HEAD_SCALE = 1.0  # v ~ N(0, I): seed 000's Gaussian head; its random signs are what distorts
+HEAD_SCALE = 1.0  # v ~ N(0, I): Ke et al. 2024's Gaussian head; its random signs are what distorts
 
 
 def noise(s: Setting) -> float:
@@ -116,7 +116,7 @@ def lp_closed_form(s: Setting, times: np.ndarray, scale: float, rng: np.random.G
 
         E[L(v_t)] = L* + ½ Σ_k λ_k c_k² e^{−2λ_k t} + (s²/4) Σ_{λ_k>0} (1 − e^{−2λ_k t})
 
-    (seed 000, §4: the linear-in-v phase has an exact loss; exact when no example is clipped).
+    (Ke et al. 2024, §4: the linear-in-v phase has an exact loss; exact when no example is clipped).
     """
     x, y, _, _, w, v0 = initial(s, s.seeds, 1, rng)
     h, _ = act(s, x @ w.transpose(0, 2, 1))
