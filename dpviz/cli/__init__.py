@@ -12,6 +12,9 @@ This module imports the groups; they import only `common`.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from ..errors import DpvizError
 from ..storecheck import no_new_store_on_error
 from . import audit, info, runs, sweeps
@@ -41,3 +44,6 @@ def main(argv=None) -> int:
             return args.handler(args)
     except DpvizError as e:
         return fail(e)
+    except BrokenPipeError:  # `python -m dpviz list | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
