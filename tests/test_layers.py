@@ -35,7 +35,7 @@ LAYERS = [
     ("declarations", ["fields", "strategies", "config"]),
     ("run core", ["calibration", "engine", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
     ("store and studies", ["store", "journal", "trials", "sweeps"]),
-    ("policy", ["autotune"]),
+    ("policy", ["shipped_rates", "autotune"]),
     ("runner", ["runner"]),
     ("services", ["jobs", "audit", "reproduce", "presets", "analyses.service"]),
     ("reading", ["results", "figures", "export"]),
