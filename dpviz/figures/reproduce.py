@@ -6,7 +6,6 @@ import re
 
 import plotly.graph_objects as go
 
-from ..reproduce import PAPERS
 from .style import SERIES, VERDICT_COLORS, layout as _layout
 
 _CURVE = re.compile(r"ε=(\S+) p=(\S+)")
@@ -16,7 +15,7 @@ def claim_figure(row: dict) -> go.Figure:
     """Bars of the row's groups (mean ± std over seeds), or accuracy vs LP share per ε for a budget sweep."""
     stats = row["measured"]
     fig = go.Figure()
-    title = f"{row['id']} ({PAPERS[row['seed']][0]}) — {row['verdict']}"
+    title = f"{row['id']} ({row.get('paper', row['seed'])}) — {row['verdict']}"
     if stats and all(_CURVE.fullmatch(k) for k in stats):
         by_eps: dict = {}
         for k, v in stats.items():

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import RunConfig
-from .claims import PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
+from .claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
 from .verdicts import mean_std
 
 
@@ -30,7 +30,8 @@ def row(claim: Claim, store, groups: dict[str, list[dict]]) -> dict:
     if "dominant" in m:
         stats = {"decelerator dominant (share)": {"mean": float(np.mean([d == "decelerator" for d in m["dominant"]]
                                                                           or [0.0])), "std": 0.0}}
-    return {"id": claim.id, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed], "claim": claim.sentence, "preset": claim.preset, "verdict": verdict,
+    return {"id": claim.id, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed], "paper": PAPERS[claim.seed][0],
+            "claim": claim.sentence, "preset": claim.preset, "verdict": verdict,
             "reading": reading, "measured": stats, "private_statistics": claim.private,
             **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": len(next(iter(groups.values()), [])),
             "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}}
