@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dpviz import catalog
+
 from . import state
 
 # (script, title, icon): the one list of pages; app.py registers them, the sidebar links them.
@@ -48,6 +50,8 @@ def render_sidebar() -> None:
         st.divider()
         active = jm.active()
         st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active")
+        for e in catalog.PLUGIN_ERRORS:  # a plugin named in the environment that did not import
+            st.error(str(e), icon=":material/extension_off:")
 
 
 def input_error(e: Exception) -> None:

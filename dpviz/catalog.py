@@ -197,15 +197,30 @@ for _b in (
     add_backbone(_b)
 
 
-def load_plugins(spec: str | None = None) -> None:
-    """Import the modules named in ``spec`` (default: ``$DPVIZ_PLUGINS``, comma-separated), each adding its
-    own datasets, backbones or strategies — how the command line and the dashboard find yours."""
+PLUGIN_ERRORS: list[ConfigError] = []
+"""Plugins named in the environment that failed to import while dpviz itself was being imported: raised
+by `check_plugins` where an error can be shown (the command line's one line), not as a traceback."""
+
+
+def load_plugins(spec: str | None = None, *, variable: str = "DPVIZ_PLUGINS", deferred: bool = False) -> None:
+    """Import the modules named in ``spec`` (default: the environment ``variable``, comma-separated), each
+    adding its own datasets, backbones or strategies — how the command line and the dashboard find yours.
+    ``deferred``: keep a failure in `PLUGIN_ERRORS` instead of raising it (at import time)."""
     for mod in filter(None, (m.strip() for m in (spec if spec is not None else
-                                                   os.environ.get("DPVIZ_PLUGINS", "")).split(","))):
+                                                   os.environ.get(variable, "")).split(","))):
         try:
             importlib.import_module(mod)
         except ImportError as e:
-            raise ConfigError("DPVIZ_PLUGINS", f"importable module names ({e})", mod) from None
+            error = ConfigError(variable, f"importable module names ({e})", mod)
+            if not deferred:
+                raise error from None
+            PLUGIN_ERRORS.append(error)
 
 
-load_plugins()
+def check_plugins() -> None:
+    """Raise the first plugin that failed to import when dpviz was imported (see `PLUGIN_ERRORS`)."""
+    if PLUGIN_ERRORS:
+        raise PLUGIN_ERRORS[0]
+
+
+load_plugins(deferred=True)

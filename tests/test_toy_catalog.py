@@ -107,3 +107,11 @@ def test_the_toys_are_choices_of_the_run_form(toys, app_env):
     at.selectbox(key="f_backbone").set_value(NET).run()
     at.number_input(key="f_batch").set_value(48).run()
     assert not at.error and "σ =" in at.info[0].value and "q = B/n = 0.200" in at.info[0].value
+
+
+def test_a_plugin_that_does_not_import_is_one_line_naming_the_variable(cli_env):
+    for variable in ("DPVIZ_PLUGINS", "DPVIZ_STRATEGIES"):
+        out = subprocess.run([sys.executable, "-m", "dpviz", "list"], env=dict(cli_env, **{variable: "no_such_plugin"}),
+                             capture_output=True, text=True, timeout=120)
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(err) == 1 and variable in err[0] and "no_such_plugin" in err[0], err

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import catalog
 from ..errors import DpvizError
 from ..storecheck import no_new_store_on_error
 from . import audit, info, runs, sweeps
@@ -39,6 +40,7 @@ def build_parser() -> Parser:
 def main(argv=None) -> int:
     """Run the command ``argv`` names (default: ``sys.argv[1:]``); its exit code (2: bad input, one line)."""
     try:
+        catalog.check_plugins()  # a plugin named in the environment that did not import: one line
         args = build_parser().parse_args(argv)
         with no_new_store_on_error(args.cache_dir):  # bad input found after the store opened leaves none
             return args.handler(args)

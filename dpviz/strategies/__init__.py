@@ -10,9 +10,7 @@ CLI and the dashboard) or imported before use (from Python).
 
 from __future__ import annotations
 
-import importlib
-import os
-
+from .. import catalog
 from ..errors import ConfigError
 from .base import Param, PhasePlan, PhaseSetup, Strategy
 
@@ -63,17 +61,12 @@ def plan(cfg, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> lis
 from . import lp, fft, lp_fft, partial, continual, sparse, lora  # noqa: E402,F401
 
 
-def load_plugins(spec: str | None = None) -> None:
+def load_plugins(spec: str | None = None, *, deferred: bool = False) -> None:
     """Import the strategy modules named in ``spec`` (default: ``$DPVIZ_STRATEGIES``), each registering itself."""
-    for mod in filter(None, (m.strip() for m in (spec if spec is not None else
-                                                   os.environ.get("DPVIZ_STRATEGIES", "")).split(","))):
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise ConfigError("DPVIZ_STRATEGIES", f"importable module names ({e})", mod) from None
+    catalog.load_plugins(spec, variable="DPVIZ_STRATEGIES", deferred=deferred)
 
 
-load_plugins()
+load_plugins(deferred=True)  # a failure is raised where it can be shown (`catalog.check_plugins`)
 
 __all__ = ["REGISTRY", "Param", "PhasePlan", "PhaseSetup", "Strategy", "register", "get", "names", "colors",
            "strategy_fields", "validate", "plan", "load_plugins"]
