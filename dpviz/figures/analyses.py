@@ -6,29 +6,35 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import CLASS_COLORS, DASHES, color, eps_text, layout as _layout
+from .style import CLASS_COLORS, DASHES, SERIES, eps_text, log_axis, layout as _layout
 
 
 def law_plot(series: list[dict], quantity: str) -> go.Figure:
-    """Per-layer values on a log axis with the fitted ρ^l line, one colour per run.
+    """Per-layer values on a log axis with the fitted ρ^l line, one colour and dash per run.
 
     Each item: label, strategy, epsilon, values (index 0 = input), rho, intercept, r2, pearson_r.
+    The fit's ρ and R² are in its legend entry (labels beside the lines overlap when fits are close).
     """
     fig = go.Figure()
+    allv, top = [], 0
     for i, s in enumerate(series):
         l = np.arange(len(s["values"]))
-        c, dash = color(s["strategy"]), DASHES[i % len(DASHES)]
-        fig.add_trace(go.Scatter(x=l, y=s["values"], mode="markers+lines", name=s["label"],
+        top = max(top, len(l) - 1)
+        c, dash = SERIES[i % len(SERIES)], DASHES[i % len(DASHES)]
+        allv += list(s["values"])
+        fig.add_trace(go.Scatter(x=l, y=s["values"], mode="markers+lines", name=s["label"], legendgroup=str(i),
                                  line=dict(color=c, dash=dash, width=1), marker=dict(size=8, color=c)))
         if np.isfinite(s["rho"]):
             fit = s["intercept"] * s["rho"] ** l
-            fig.add_trace(go.Scatter(x=l, y=fit, mode="lines", showlegend=False, hoverinfo="skip",
+            allv += list(fit)
+            fig.add_trace(go.Scatter(x=l, y=fit, mode="lines", legendgroup=str(i), hoverinfo="skip",
+                                     name=f"fit: ρ={s['rho']:.3g}, R²={s['r2']:.2f}",
                                      line=dict(color=c, dash="dot", width=2)))
-            fig.add_annotation(x=l[-1], y=np.log10(max(fit[-1], 1e-300)), text=f"ρ={s['rho']:.3g}, R²={s['r2']:.2f}",
-                               showarrow=False, xanchor="left", font=dict(color=c, size=11), yshift=-8 * i)
     eps = sorted({eps_text(s["epsilon"]) for s in series})
-    return _layout(fig, f"{quantity} per layer (log scale) with fitted ρ^l — ε ∈ {{{', '.join(eps)}}}",
-                   "layer l (0 = input)", f"{quantity} (log scale)", yaxis_type="log")
+    fig = _layout(fig, f"{quantity} per layer, fitted ρ^l<br>ε ∈ {{{', '.join(eps)}}}",
+                  "layer l (0 = input)", f"{quantity} (log scale)", height=440)
+    fig.update_xaxes(tick0=0, dtick=1, range=[-0.3, top + 0.3])  # layers are integers
+    return log_axis(fig, "y", allv)
 
 
 def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figure:
@@ -37,8 +43,9 @@ def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figu
     z = np.log10(m.clip(lower=1e-12).to_numpy())
     fig = go.Figure(go.Heatmap(z=z, x=[str(c) for c in m.columns], y=m.index, colorscale="Viridis",
                                colorbar=dict(title=f"log10 {quantity}")))
-    return _layout(fig, f"log10 {quantity}, layer × step — {title_run}", "training step (checkpoint)",
-                   "layer l (0 = input)", showlegend=False)
+    fig = _layout(fig, f"log10 {quantity}, layer × step<br>{title_run}", "training step (checkpoint)",
+                  "layer l (0 = input)", showlegend=False)
+    return fig.update_yaxes(tick0=0, dtick=1)
 
 
 def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: str, method: str) -> go.Figure:
@@ -62,5 +69,7 @@ def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: s
                           args=[None, dict(frame=dict(duration=500), fromcurrent=False)])])],
                       xaxis_range=[allc[:, 0].min() - pad[0], allc[:, 0].max() + pad[0]],
                       yaxis_range=[allc[:, 1].min() - pad[1], allc[:, 1].max() + pad[1]])
-    return _layout(fig, f"{method.upper()} map of penultimate features — {title_run}", f"{method} 1", f"{method} 2",
-                   height=560)
+    fig = _layout(fig, f"{method.upper()} map of penultimate features<br>{title_run}", f"{method} 1", f"{method} 2",
+                  height=560)
+    return fig.update_layout(legend=dict(orientation="v", x=1.02, y=1, xanchor="left", yanchor="top"),
+                             margin=dict(b=90))

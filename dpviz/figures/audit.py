@@ -8,16 +8,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import GREY, SERIES, color, eps_text, layout as _layout
+from .style import DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
 
-INF_AT = 16.0
-"""Where ε = ∞ (no noise) sits on a sweep's log ε axis: one octave past the grid's 8."""
+INF_AT = 32.0
+"""Where ε = ∞ (no noise) sits on a sweep's log ε axis: two octaves past the grid's 8 (clear of the 10¹ tick)."""
 SCORE_LABELS = {"white-box": "canary score: log-likelihood ratio of its projections (in vs out)",
                 "black-box": "canary score: − loss of the final model on the canary"}
 
 
 def _title(r: dict) -> str:
-    return (f"{r['config']['strategy']} at ε = {eps_text(r['epsilon'] or 'inf')} · {r['threat']}, "
+    return (f"{r['config']['strategy']}, ε = {eps_text(r['epsilon'] or 'inf')}, {r['threat']}, "
             f"M = {r['canaries']}")
 
 
@@ -36,9 +36,9 @@ def bounds_figure(r: dict) -> go.Figure:
                            marker_color=[b[2] for b in bars], text=[f"{b[1]:.3g}" for b in bars],
                            textposition="outside", showlegend=False))
     fig.update_yaxes(autorange="reversed")
-    fig = _layout(fig, f"Lower bound vs upper bound — {_title(r)} ({r['confidence']:.0%} confidence)",
-                  "ε (at the run's δ)", None, height=360)
-    return fig.update_layout(margin=dict(l=290, r=40))
+    fig = _layout(fig, f"Lower vs upper bound ({r['confidence']:.0%} confidence)<br>{_title(r)}",
+                  "ε (at the run's δ)", None, height=360, showlegend=False)
+    return fig.update_layout(margin=dict(r=40))  # the bar names: automargin
 
 
 def scores_figure(r: dict) -> go.Figure:
@@ -49,7 +49,7 @@ def scores_figure(r: dict) -> go.Figure:
         fig.add_trace(go.Histogram(x=r[key], name=f"{name}: {len(r[key])}", opacity=0.6, marker_color=c,
                                    nbinsx=60))
     fig.update_layout(barmode="overlay")
-    return _layout(fig, f"Canary scores, in vs out — {_title(r)}", SCORE_LABELS[r["threat"]], "canaries")
+    return _layout(fig, f"Canary scores, in vs out<br>{_title(r)}", SCORE_LABELS[r["threat"]], "canaries")
 
 
 def roc_figure(r: dict, fpr, tpr) -> go.Figure:
@@ -62,10 +62,10 @@ def roc_figure(r: dict, fpr, tpr) -> go.Figure:
         go.Scatter(x=fpr[keep], y=tpr[keep], mode="lines", name=f"audit (AUC {r['auc']:.3f})",
                    line=dict(color=SERIES[1])),
         go.Scatter(x=[lo, 1], y=[lo, 1], mode="lines", name="chance", line=dict(color=GREY, dash="dot"))])
-    fig.update_xaxes(type="log", range=[math.log10(lo), 0])
-    fig.update_yaxes(type="log", range=[math.log10(lo), 0])
-    return _layout(fig, f"ROC of the canary guesses — {_title(r)}", "false-positive rate (log)",
-                   "true-positive rate (log)")
+    fig = _layout(fig, f"ROC of the canary guesses<br>{_title(r)}", "false-positive rate (log)",
+                  "true-positive rate (log)")
+    log_axis(fig, "x", [lo, 1])
+    return log_axis(fig, "y", [lo, 1])
 
 
 def _x(eps) -> float:
@@ -73,26 +73,36 @@ def _x(eps) -> float:
 
 
 def sweep_figure(rows: list[dict]) -> go.Figure:
-    """ε_lb against ε, a panel per threat and a line per strategy, with ε_lb = ε and the ceiling."""
+    """ε_lb against ε, a panel per threat and a line per strategy, with ε_lb = ε and the ceiling.
+
+    The diagonal and the ceiling span at least the default grid's ε (0.5 to ∞), so a sweep of one point
+    still shows where it stands between them."""
     threats = [t for t in ("white-box", "black-box") if any(r["threat"] == t for r in rows)] or ["white-box"]
-    fig = make_subplots(rows=1, cols=len(threats), subplot_titles=threats, shared_yaxes=True)
-    xs = sorted({_x(r["epsilon"]) for r in rows}) or [1.0]
-    finite = [x for x in xs if x < INF_AT] or [1.0]
+    fig = make_subplots(rows=1, cols=len(threats), subplot_titles=threats, shared_yaxes=True,
+                        horizontal_spacing=0.06)
+    xs = sorted({_x(r["epsilon"]) for r in rows})
+    finite = [x for x in xs if x < INF_AT]
+    lo, hi = min([0.5, *finite]), max([8.0, *finite])
+    diag = list(np.geomspace(lo, hi, 2))
     ceiling = max((r["ceiling"] for r in rows), default=0.0)
     for col, threat in enumerate(threats, start=1):
-        fig.add_trace(go.Scatter(x=finite, y=finite, mode="lines", name="ε_lb = ε (the accountant's bound)",
-                                 line=dict(color=GREY, dash="dot"), showlegend=col == 1), row=1, col=col)
-        fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[ceiling] * 2, mode="lines", showlegend=col == 1,
-                                 name=f"ceiling for M = {rows[0]['canaries'] if rows else '?'}",
+        fig.add_trace(go.Scatter(x=diag, y=diag, mode="lines", name="ε_lb = ε (accountant's bound)",
+                                 legendgroup="diag", line=dict(color=GREY, dash="dot"), showlegend=col == 1),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(x=[lo, INF_AT], y=[ceiling] * 2, mode="lines", showlegend=col == 1,
+                                 legendgroup="ceiling", name=f"ceiling for M = {rows[0]['canaries'] if rows else '?'}",
                                  line=dict(color=SERIES[2], dash="dash")), row=1, col=col)
-        for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        for i, strategy in enumerate(dict.fromkeys(r["strategy"] for r in rows)):
             pts = sorted((_x(r["epsilon"]), r["epsilon_lb"]) for r in rows
                          if r["strategy"] == strategy and r["threat"] == threat)
             if pts:
                 fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
                                          name=strategy, legendgroup=strategy, showlegend=col == 1,
-                                         line=dict(color=color(strategy))), row=1, col=col)
-    fig.update_xaxes(type="log", tickvals=xs, ticktext=[eps_text("inf" if x == INF_AT else x) for x in xs],
-                     title="ε (budget; ∞ = no noise)")
-    return _layout(fig, "Audited lower bound ε_lb against the budget ε", None, "ε_lb (best of both bounds)",
-                   height=420)
+                                         line=dict(color=color(strategy), dash=DASHES[i % len(DASHES)])),
+                              row=1, col=col)
+    decades = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+    fig = _layout(fig, "Audited lower bound ε_lb vs budget ε", None, "ε_lb (best of both bounds)", height=440)
+    fig.update_xaxes(type="log", range=[math.log10(decades[0]), math.log10(INF_AT * 1.3)],
+                     tickvals=[*decades, INF_AT], ticktext=[*(f"10<sup>{round(math.log10(d))}</sup>" for d in decades), "∞"],
+                     title="ε (∞ = no noise)")
+    return fig

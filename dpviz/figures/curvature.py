@@ -6,7 +6,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import ACCOUNTANT_COLORS, BEST, DASHES, color, layout as _layout
+from .style import ACCOUNTANT_COLORS, BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
+
+SYMBOLS = ("circle", "square", "diamond")
 
 TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (sampling noise)"),
          ("decelerator", "σ²C²·tr(H)/(B²c²) (decelerator)"))
@@ -20,21 +22,22 @@ def trace_figure(df: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
                                  mode="lines+markers", name=g["label"].iloc[0],
                                  line=dict(color=color(g["strategy"].iloc[0]), dash=DASHES[i % len(DASHES)])))
-    return _layout(fig, "Hessian trace tr(H) of the training loss (Hutchinson ± 1 s.e.)", "training step",
-                   "tr(H)")
+    return _layout(fig, "Hessian trace tr(H)<br>Hutchinson ± 1 s.e.", "training step", "tr(H)")
 
 
 def terms_figure(df: pd.DataFrame) -> go.Figure:
     """The improvement's denominator terms (and GᵀG) against step; a colour per run, a dash per term."""
     fig = go.Figure()
-    for rid, g in df.groupby("run_id", sort=False):
+    for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
         g = g.sort_values("step")
+        c = SERIES[i % len(SERIES)]
         for j, (key, name) in enumerate(TERMS):
             fig.add_trace(go.Scatter(x=g["step"], y=g[key], mode="lines+markers", name=f"{name} · {rid}",
-                                     line=dict(color=color(g["strategy"].iloc[0]), dash=DASHES[j])))
+                                     line=dict(color=c, dash=DASHES[j]), marker=dict(symbol=SYMBOLS[j])))
         fig.add_trace(go.Scatter(x=g["step"], y=g["gtg"], mode="lines", name=f"GᵀG · {rid}",
-                                 line=dict(color=color(g["strategy"].iloc[0]), dash="longdash", width=1)))
-    return _layout(fig, "Per-step improvement (GᵀG)²/(2·D): the terms of D", "training step", "value")
+                                 line=dict(color=c, dash="longdash", width=1)))
+    return _layout(fig, "Terms of D in the per-step improvement<br>(GᵀG)²/(2·D)", "training step", "value",
+                   height=460)
 
 
 def blocks_figure(blocks: pd.DataFrame, title_run: str) -> go.Figure:
@@ -43,23 +46,26 @@ def blocks_figure(blocks: pd.DataFrame, title_run: str) -> go.Figure:
     for i, (b, g) in enumerate(blocks.groupby("block", sort=False)):
         g = g.sort_values("step")
         fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
-                                 mode="lines+markers", name=b, line=dict(dash=DASHES[i % len(DASHES)])))
-    return _layout(fig, f"Per-block trace tr(H_bb) — {title_run}", "training step", "tr(H_bb)")
+                                 mode="lines+markers", name=b,
+                                 line=dict(color=SERIES[i % len(SERIES)], dash=DASHES[i % len(DASHES)])))
+    return _layout(fig, f"Per-block trace tr(H_bb)<br>{title_run}", "training step", "tr(H_bb)")
 
 
 def accountants_figure(rows: pd.DataFrame, epsilon: float, delta: float, epochs: int) -> go.Figure:
     """σ(B) and σ²/B against B for each accountant (Bu et al. 2024's comparison)."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("noise multiplier σ", "σ²/B (noise variance per example)"))
-    for acc, g in rows.groupby("accountant", sort=False):
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("σ (noise multiplier)", "σ²/B"),
+                        horizontal_spacing=0.12)
+    for i, (acc, g) in enumerate(rows.groupby("accountant", sort=False)):
         g = g.sort_values("batch_size")
         for col, y in ((1, "noise_multiplier"), (2, "sigma2_over_b")):
             fig.add_trace(go.Scatter(x=g["batch_size"], y=g[y], mode="lines+markers", name=acc.upper(),
                                      legendgroup=acc, showlegend=col == 1,
-                                     line=dict(color=ACCOUNTANT_COLORS.get(acc))), row=1, col=col)
-    fig.update_xaxes(type="log", title="batch size B")
-    fig.update_yaxes(type="log", col=2)
-    return _layout(fig, f"σ each accountant needs for ε = {epsilon:g}, δ = {delta:.0e}, {epochs} epochs",
-                   None, None, height=400)
+                                     line=dict(color=ACCOUNTANT_COLORS.get(acc), dash=DASHES[i % len(DASHES)])),
+                          row=1, col=col)
+    fig = _layout(fig, f"σ each accountant needs<br>ε = {epsilon:g}, δ = {delta:.0e}, {epochs} epochs",
+                  None, None, height=420)
+    log_axis(fig, "x", rows["batch_size"], title="batch size B")
+    return log_axis(fig, "y", rows["sigma2_over_b"], col=2)
 
 
 def batch_prediction_figure(pred: dict, title_run: str) -> go.Figure:
@@ -71,6 +77,18 @@ def batch_prediction_figure(pred: dict, title_run: str) -> go.Figure:
     if best is not None:
         fig.add_trace(go.Scatter(x=[best], y=[pred["total_improvement"][best]], mode="markers", name=f"best B = {best}",
                                  marker=dict(symbol="star", size=16, color=BEST)))
-    fig.update_xaxes(type="log")
-    return _layout(fig, f"Predicted loss decrease over the run vs batch size — {title_run}", "batch size B",
-                   "predicted total improvement (nats)")
+    fig = _layout(fig, f"Predicted loss decrease vs batch size<br>{title_run}", "batch size B",
+                  "predicted total improvement (nats)")
+    return log_axis(fig, "x", xs)
+
+
+def decelerator_figure(points, title_run: str, switch: int | None = None) -> go.Figure:
+    """The decelerator measured on a public batch against step (``points``: (step, value) pairs), the step
+    at which a continual run switched to the private data marked."""
+    pts = sorted((int(s), float(v)) for s, v in points)
+    fig = go.Figure(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
+                               name="decelerator (public batch)", line=dict(color=SERIES[0])))
+    if switch is not None:
+        fig.add_vline(x=switch, line=dict(color=GREY, dash="dot"), annotation_text="public → private")
+    return _layout(fig, f"Decelerator on public data<br>{title_run}", "training step",
+                   "σ²C²·tr(H)/(B²c²)", height=300, showlegend=False)

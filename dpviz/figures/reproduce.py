@@ -6,7 +6,7 @@ import re
 
 import plotly.graph_objects as go
 
-from .style import SERIES, VERDICT_COLORS, layout as _layout
+from .style import DASHES, SERIES, VERDICT_COLORS, layout as _layout
 
 _CURVE = re.compile(r"ε=(\S+) p=(\S+)")
 
@@ -15,7 +15,7 @@ def claim_figure(row: dict) -> go.Figure:
     """Bars of the row's groups (mean ± std over seeds), or accuracy vs LP share per ε for a budget sweep."""
     stats = row["measured"]
     fig = go.Figure()
-    title = f"{row['id']} ({row.get('paper', row['seed'])}) — {row['verdict']}"
+    title = f"{row['id']}: {row['verdict']}<br>{row.get('paper', row['seed'])}"
     if stats and all(_CURVE.fullmatch(k) for k in stats):
         by_eps: dict = {}
         for k, v in stats.items():
@@ -24,7 +24,7 @@ def claim_figure(row: dict) -> go.Figure:
         for i, (e, pts) in enumerate(sorted(by_eps.items(), key=lambda kv: float(kv[0]))):
             pts.sort()
             fig.add_trace(go.Scatter(x=[p for p, _, _ in pts], y=[m for _, m, _ in pts], name=f"ε = {e}",
-                                     mode="lines+markers", line=dict(color=SERIES[i % len(SERIES)]),
+                                     mode="lines+markers", line=dict(color=SERIES[i % len(SERIES)], dash=DASHES[i % len(DASHES)]),
                                      error_y=dict(type="data", array=[s for _, _, s in pts])))
         return _layout(fig, title, "LP share p", "test accuracy (fraction)")
     fig.add_trace(go.Bar(x=list(stats), y=[v["mean"] for v in stats.values()],

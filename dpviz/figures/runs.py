@@ -9,19 +9,20 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import DASHES, SERIES, TEMPLATE, color, dash_by_eps, eps_order, eps_text, layout
+from .style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout
 from .style import label as axis_label
 
 
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
     name = axis_label(metric).split(" (")[0]
-    name = name if name[1:2].isupper() else name[:1].upper() + name[1:]  # keep "kNN"
-    return f"{name} vs step — ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+    if name[:1].isascii() and not name[1:2].isupper():  # keep "kNN"; ε stays lowercase
+        name = name[:1].upper() + name[1:]
+    return f"{name} vs step, ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
 
 
 def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:
-    return layout(fig, title, "training step", ylabel, height=380, legend_title="run")
+    return layout(fig, title, "training step", ylabel, height=380)
 
 
 def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
@@ -52,7 +53,7 @@ def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
                                  hoverinfo="skip", showlegend=False, legendgroup=grp))
         fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines", legendgroup=grp,
                                  line=dict(color=c, dash=dash.get(str(eps), "solid"))))
-    title = (_title(metric, bands) + " (mean ± std over seeds)") if len(bands) else metric
+    title = (_title(metric, bands) + "<br>mean ± std over seeds") if len(bands) else axis_label(metric)
     return _layout(fig, title, axis_label(metric))
 
 
@@ -71,13 +72,11 @@ def utility_curve(rows: pd.DataFrame, metric: str = "test_accuracy") -> go.Figur
         c = SERIES[i % len(SERIES)]
         name = f"ε = {eps_text('inf' if eps is None else eps)}"
         fig.add_trace(go.Scatter(x=g["lp_fraction"], y=g["mean"], error_y=dict(type="data", array=g["std"]),
-                                 mode="lines+markers", name=name, line=dict(color=c)))
+                                 mode="lines+markers", name=name, line=dict(color=c, dash=DASHES[i % len(DASHES)])))
         best = g.loc[g["mean"].idxmin() if lower_better else g["mean"].idxmax()]
         fig.add_trace(go.Scatter(x=[best["lp_fraction"]], y=[best["mean"]], mode="markers", showlegend=False,
                                  marker=dict(symbol="star", size=16, color=c, line=dict(color="black", width=1)),
                                  hovertext=f"best p = {best['lp_fraction']:g} at {name}"))
-    what = "test loss" if lower_better else "test accuracy"
-    fig.update_layout(template=TEMPLATE, title=f"Utility curve: {what} vs LP share of the budget "
-                      "(mean ± std over seeds; ★ best p per ε)", xaxis_title="LP fraction p (share of steps on LP)",
-                      yaxis_title=axis_label(metric), height=420, showlegend=True, uirevision="keep")
-    return fig
+    what = "Test loss" if lower_better else "Test accuracy"
+    return layout(fig, f"{what} vs LP share p<br>mean ± std over seeds; ★ best p per ε",
+                  "LP fraction p (share of steps on LP)", axis_label(metric), height=420)

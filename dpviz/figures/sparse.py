@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import BASELINE_COLORS, UNSELECTED, color, eps_order, eps_text, layout as _layout
+from .style import BASELINE_COLORS, UNSELECTED, color, eps_order, eps_text, log_axis, layout as _layout
 
 
 def _methods() -> dict:
@@ -39,9 +39,9 @@ def profile_figure(table: pd.DataFrame) -> go.Figure:
                                      marker=dict(color=colour, symbol=symbol, size=10), line=dict(color=colour),
                                      **labels),
                           row=1, col=j)
-    fig.update_xaxes(type="log", title="% of backbone parameters trained")
     fig.update_yaxes(title="test accuracy (fraction)", col=1)
-    return _layout(fig, "Accuracy vs trainable parameters (mean ± std over seeds)", None, None, height=440)
+    fig = _layout(fig, "Accuracy vs trainable parameters<br>mean ± std over seeds", None, None, height=460)
+    return log_axis(fig, "x", table["trainable_pct"], title="% backbone params trained")
 
 
 def mask_figure(mask: dict[str, list[int]], rows_per_layer: dict[str, int], title_run: str) -> go.Figure:
@@ -57,10 +57,10 @@ def mask_figure(mask: dict[str, list[int]], rows_per_layer: dict[str, int], titl
     fig = go.Figure(go.Heatmap(z=img, x=names, colorscale=[[0, UNSELECTED], [1, color("sparse")]], showscale=False,
                                hovertemplate="layer %{x}<br>row position %{y}<extra></extra>"))
     fig.update_yaxes(title="row (output neuron / filter), stretched per layer", autorange="reversed")
-    return _layout(fig, f"Selected rows per layer — {title_run}", "layer", None, height=420, showlegend=False)
+    return _layout(fig, f"Selected rows per layer<br>{title_run}", "layer", None, height=420, showlegend=False)
 
 
 def layer_fraction_figure(fractions: dict[str, float], title_run: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=list(fractions), y=[100 * v for v in fractions.values()], marker_color=color("sparse")))
-    return _layout(fig, f"Share of each layer's rows that train — {title_run}", "layer", "% rows trained",
+    return _layout(fig, f"Share of each layer's rows that train<br>{title_run}", "layer", "% rows trained",
                    height=320, showlegend=False)

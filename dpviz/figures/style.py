@@ -16,17 +16,26 @@ from .. import strategies
 
 TEMPLATE = "plotly_white"
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-GREY = "#7f7f7f"
-SERIES = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")  # curves that are not strategies
-ACCOUNTANT_COLORS = {"rdp": "#1f77b4", "gdp": "#2ca02c", "prv": "#d62728"}
-BASELINE_COLORS = {"magnitude": "#1f77b4", "random": GREY, "bias": "#2ca02c", "norm": "#9467bd"}
+OKABE_ITO = {"blue": "#0072B2", "vermillion": "#D55E00", "bluish green": "#009E73", "reddish purple": "#CC79A7",
+             "orange": "#E69F00", "sky blue": "#56B4E9", "black": "#000000", "yellow": "#F0E442"}
+"""Okabe & Ito's colour-blind-safe palette: every figure draws its curves in these (dashes are the second cue)."""
+GREY = "#999999"
+SERIES = tuple(OKABE_ITO.values())  # curves that are not strategies, in this order
+_SAFE = {"#1f77b4": OKABE_ITO["blue"], "#ff7f0e": OKABE_ITO["orange"], "#2ca02c": OKABE_ITO["bluish green"],
+         "#d62728": OKABE_ITO["vermillion"], "#9467bd": OKABE_ITO["reddish purple"], "#8c564b": OKABE_ITO["black"],
+         "#17becf": OKABE_ITO["sky blue"], "#7f7f7f": GREY, "#bcbd22": OKABE_ITO["yellow"]}
+"""Matplotlib's default colours (which the built-in strategies declare) → their colour-blind-safe counterpart."""
+ACCOUNTANT_COLORS = {"rdp": OKABE_ITO["blue"], "gdp": OKABE_ITO["bluish green"], "prv": OKABE_ITO["vermillion"]}
+BASELINE_COLORS = {"magnitude": OKABE_ITO["blue"], "random": GREY, "bias": OKABE_ITO["bluish green"],
+                   "norm": OKABE_ITO["reddish purple"]}
 """Sparse fine-tuning's fixed-mask baselines (not strategies of their own)."""
-CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                "#bcbd22", "#17becf")
-"""One colour per class label of the feature maps."""
-VERDICT_COLORS = {"agrees": "#2ca02c", "partly": "#ff7f0e", "does not": "#d62728"}
+CLASS_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255",
+                "#AA4499", "#000000")
+"""One colour per class label of the feature maps (Paul Tol's colour-blind-safe "muted" set, then black)."""
+VERDICT_COLORS = {"agrees": OKABE_ITO["bluish green"], "partly": OKABE_ITO["orange"],
+                  "does not": OKABE_ITO["vermillion"]}
 """The scorecard's verdicts."""
-BEST = "#d62728"  # the star marking a predicted best point
+BEST = OKABE_ITO["vermillion"]  # the star marking a predicted best point
 UNSELECTED = "#f0f0f0"  # rows a mask leaves frozen
 LABELS = {
     "loss": "training loss (cross-entropy, nats)", "train_accuracy": "training accuracy (fraction)",
@@ -41,8 +50,10 @@ PRIVATE = "statistics of private data, NOT covered by the DP guarantee"
 
 
 def color(strategy: str) -> str:
-    """The strategy's declared colour (grey for a name no strategy registers)."""
-    return strategies.colors().get(strategy, GREY)
+    """The strategy's declared colour (grey for a name no strategy registers), a default matplotlib colour
+    drawn as its colour-blind-safe Okabe–Ito counterpart."""
+    c = strategies.colors().get(strategy, GREY)
+    return _SAFE.get(c.lower(), c)
 
 
 def eps_text(eps) -> str:
@@ -65,11 +76,74 @@ def label(metric: str) -> str:
     return LABELS.get(metric) or ANALYSIS_LABELS.get(metric, metric)
 
 
+TITLE_LINE = 56
+"""Characters a title line may take: it fits a 450 px Streamlit column at the title's 15 px font."""
+
+
+def wrap(text: str, width: int = TITLE_LINE) -> str:
+    """``text`` broken with ``<br>`` at spaces so that no line is longer than ``width`` (existing ``<br>`` kept)."""
+    out = []
+    for part in text.split("<br>"):
+        line = ""
+        for word in part.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                out.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.append(line)
+    return "<br>".join(out)
+
+
+def title_lines(title: str | None) -> int:
+    return 0 if not title else title.count("<br>") + 1
+
+
+def title_style(title: str | None, height: int) -> dict:
+    """The title at the top left, 10 px under the figure's top edge (whatever its number of lines)."""
+    return dict(text=title, font=dict(size=15), x=0.01, xanchor="left", y=1 - 10 / height, yanchor="top",
+                yref="container")
+
+
+def title_margin(title: str | None) -> int:
+    """A top margin that fits the title's lines above the plot."""
+    return 36 + 20 * title_lines(title)
+
+
+def legend_below() -> dict:
+    """A horizontal legend under the plot: narrow columns keep their width for the data."""
+    return dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", title=None)
+
+
+def log_axis(fig: go.Figure, axis: str, values=(), **selector) -> go.Figure:
+    """Make ``axis`` ("x" or "y") of ``fig`` a log axis with ticks at powers of ten only, labelled 10^k.
+
+    ``values`` (the data drawn on it, when known) set a range that spans whole decades, so that at least
+    two ticks show even when the data stay within one decade."""
+    import math
+
+    kw = dict(type="log", dtick=1, exponentformat="power", showexponent="all", minor=dict(showgrid=False))
+    v = [float(x) for x in values if x is not None and math.isfinite(float(x)) and float(x) > 0]
+    if v:
+        lo, hi = math.floor(math.log10(min(v))), math.ceil(math.log10(max(v)))
+        hi = max(hi, lo + 1)
+        kw["range"] = [lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo)]  # points on a decade stay whole
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**kw, **selector)
+    return fig
+
+
 def layout(fig: go.Figure, title: str, x: str | None, y: str | None, height: int = 420, **kw) -> go.Figure:
-    """Template, title, axis titles, margins; ``uirevision`` keeps zoom across live redraws."""
+    """Template, title (wrapped to fit a narrow column), axis titles, a legend under the plot, margins that fit
+    them; ``uirevision`` keeps zoom across live redraws."""
     kw.setdefault("showlegend", True)
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=height,
-                      margin=dict(t=60, b=50, l=60, r=20), uirevision="keep", **kw)
+    kw.setdefault("legend", legend_below())
+    title = wrap(title) if title else title
+    height += 20 * max(0, title_lines(title) - 1)
+    fig.update_layout(template=TEMPLATE, title=title_style(title, height), xaxis_title=x, yaxis_title=y,
+                      height=height, margin=dict(t=title_margin(title), b=50, l=60, r=20), uirevision="keep",
+                      font=dict(size=12), **kw)
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
     return fig
 
 

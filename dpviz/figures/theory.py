@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .style import BEST, GREY, SERIES, color, eps_text, layout as _layout
+from .style import BEST, DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
 
 METRIC_LABELS = {
     "loss": "training loss",
@@ -14,11 +14,11 @@ METRIC_LABELS = {
     "head_alignment": "head's alignment with the best head (cos)",
 }
 TITLES = {
-    "loss": "Training loss (Theorems 4.2–4.5)",
+    "loss": "Training loss (Thms 4.2–4.5)",
     "test_accuracy": "Test accuracy",
-    "alignment": "Feature distortion: the first layer's alignment with z (Theorems 3.3, 3.4)",
-    "probe_accuracy": "Feature quality: a linear probe on the hidden features",
-    "head_alignment": "The head's alignment with the features",
+    "alignment": "Feature distortion (Thms 3.3, 3.4)",
+    "probe_accuracy": "Feature quality: linear probe",
+    "head_alignment": "Head's alignment with the features",
 }
 
 
@@ -30,12 +30,13 @@ def _rgba(hex_color: str, alpha: float) -> str:
 def time_figure(c, metric: str) -> go.Figure:
     """``metric`` against diffusion time, mean ± 1 std over seeds per strategy; LP's closed form beside."""
     fig, t = go.Figure(), c.times
-    for name, mean in c.mean.items():
+    for i, (name, mean) in enumerate(c.mean.items()):
         m, sd, col = mean[metric], c.std[name][metric], color(name)
         fig.add_trace(go.Scatter(x=t + t[::-1], y=[a + b for a, b in zip(m, sd)] + [a - b for a, b in zip(m, sd)][::-1],
-                                 fill="toself", fillcolor=_rgba(col, 0.12), line=dict(width=0), hoverinfo="skip",
+                                 fill="toself", fillcolor=_rgba(col, 0.12), line=dict(width=0), hoverinfo="skip", mode="lines",
                                  showlegend=False, legendgroup=name))
-        fig.add_trace(go.Scatter(x=t, y=m, mode="lines", name=name, legendgroup=name, line=dict(color=col)))
+        fig.add_trace(go.Scatter(x=t, y=m, mode="lines", name=name, legendgroup=name,
+                                 line=dict(color=col, dash=DASHES[i % len(DASHES)])))
     if metric == "loss" and c.closed_form:
         fig.add_trace(go.Scatter(x=t, y=c.closed_form, mode="lines", name="LP, closed form (OU process)",
                                  line=dict(color=color("lp"), dash="dot", width=3)))
@@ -43,8 +44,8 @@ def time_figure(c, metric: str) -> go.Figure:
     if 0 < switch < c.setting["time"]:
         fig.add_vline(x=switch, line=dict(color=GREY, dash="dash"), annotation_text="LP-FFT switches")
     s = c.setting
-    return _layout(fig, f"{TITLES[metric]} — ε = {eps_text(s['epsilon'])}, noise s = {c.noise:.3g}",
-                   "diffusion time t", METRIC_LABELS[metric], height=360)
+    return _layout(fig, f"{TITLES[metric]}<br>ε = {eps_text(s['epsilon'])}, noise s = {c.noise:.3g}",
+                   "diffusion time t", METRIC_LABELS[metric], height=380)
 
 
 def utility_figure(u, current_share: float | None = None) -> go.Figure:
@@ -54,16 +55,16 @@ def utility_figure(u, current_share: float | None = None) -> go.Figure:
         key, col = str(float(e)), SERIES[i % len(SERIES)]
         loss = u.loss[key]
         fig.add_trace(go.Scatter(x=u.shares, y=loss, mode="lines+markers", name=f"ε = {eps_text(e)}",
-                                 legendgroup=key, line=dict(color=col)))
+                                 legendgroup=key, line=dict(color=col, dash=DASHES[i % len(DASHES)])))
         best = u.best_share[key]
         fig.add_trace(go.Scatter(x=[best], y=[loss[u.shares.index(best)]], mode="markers", legendgroup=key,
                                  showlegend=i == 0, name="best p per ε",
                                  marker=dict(symbol="star", size=15, color=BEST)))
     if current_share is not None:
         fig.add_vline(x=current_share, line=dict(color=GREY, dash="dash"), annotation_text="p")
-    fig.update_yaxes(type="log")
-    return _layout(fig, "Utility curve: final loss against the LP share p (Ke et al. 2024, Figure 2 right)",
-                   "LP share p (0 = FFT only, 1 = LP only)", "final training loss (log)", height=380)
+    fig = _layout(fig, "Final loss vs LP share p<br>Ke et al. 2024, Fig. 2 right",
+                  "LP share p (0 = FFT only, 1 = LP only)", "final training loss (log)", height=400)
+    return log_axis(fig, "y", [v for e in u.epsilons for v in u.loss[str(float(e))]])
 
 
 def overlay_figure(o: dict) -> go.Figure:
@@ -73,5 +74,5 @@ def overlay_figure(o: dict) -> go.Figure:
                             ("Langevin diffusion, matched noise", "diffusion", "dot")):
         fig.add_trace(go.Scatter(x=o["times"], y=o[key], mode="lines", name=name,
                                  line=dict(color=color(o["strategy"]), dash=dash, width=2 if dash == "solid" else 3)))
-    return _layout(fig, f"{o['strategy']} at ε = {eps_text(o['epsilon'])}: DP-SGD against its diffusion "
-                   f"(mean gap {o['gap']:.3g})", "time t = η · step", "training loss", height=360)
+    return _layout(fig, f"DP-SGD vs its diffusion: {o['strategy']}, ε = {eps_text(o['epsilon'])}<br>"
+                   f"mean gap {o['gap']:.3g}", "time t = η · step", "training loss", height=380)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import optuna
 import plotly.graph_objects as go
 
-from .style import TEMPLATE, eps_text
+from .style import TEMPLATE, eps_text, legend_below, title_lines, title_margin, title_style, wrap
 
 KINDS = ("history", "importance", "parallel")
 MIN_TRIALS = {"history": 1, "importance": 2, "parallel": 2}  # fANOVA and the axes need ≥ 2 finished trials
@@ -58,6 +58,13 @@ def tuning_figure(study: optuna.Study, kind: str) -> go.Figure:
         fig = ov.plot_param_importances(study, target_name="test accuracy")
     else:
         fig = ov.plot_parallel_coordinate(study, target_name="test accuracy")
-    fig.update_layout(template=TEMPLATE, height=380, title=f"{TITLES[kind]} — {subtitle(study)}",
-                      margin=dict(t=60, l=60, r=20, b=50))
+    title = wrap(f"{TITLES[kind]}<br>{subtitle(study)}")
+    height = 420 + 20 * (title_lines(title) - 2)
+    fig.update_layout(template=TEMPLATE, height=height, uirevision="keep", title=title_style(title, height),
+                      margin=dict(t=title_margin(title), l=60, r=30, b=50), legend=legend_below())
+    if kind == "parallel":
+        fig.update_layout(margin=dict(l=80, r=80, b=40))  # the outer axes' names
+    else:
+        fig.update_xaxes(automargin=True)
+        fig.update_yaxes(automargin=True)  # the parameter names of the importance bars
     return fig
