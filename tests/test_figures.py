@@ -55,11 +55,11 @@ def test_sparse_profile_draws_lora_ranks_in_the_lora_colour():
     lora = [tr for tr in fig.data if tr.legendgroup == "lora"]
     assert len(lora) == 2 and [tr.showlegend for tr in lora] == [True, False]  # one panel per ε, one legend entry
     for tr in lora:
-        assert tr.marker.color == tr.line.color == strategies.get("lora").color
+        assert tr.marker.color == tr.line.color == style.color("lora")
         assert list(tr.x) == pytest.approx([1.0, 2.0, 4.0, 8.0])  # 100 · trainable_fraction, sorted
         assert tr.text == ("r = 1", "r = 2", "r = 4", "r = 8") and "text" in tr.mode
     sparta = [tr for tr in fig.data if tr.legendgroup == "sparta"][0]
-    assert sparta.marker.color == strategies.get("sparse").color and sparta.text is None
+    assert sparta.marker.color == style.color("sparse") and sparta.text is None
 
 
 def test_private_caption_marks_statistics_of_private_data():
