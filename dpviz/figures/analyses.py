@@ -31,7 +31,7 @@ def law_plot(series: list[dict], quantity: str) -> go.Figure:
                                      name=f"fit: ρ={s['rho']:.3g}, R²={s['r2']:.2f}",
                                      line=dict(color=c, dash="dot", width=2)))
     eps = sorted({eps_text(s["epsilon"]) for s in series})
-    fig = _layout(fig, f"{quantity} per layer, fitted ρ^l<br>ε ∈ {{{', '.join(eps)}}}",
+    fig = _layout(fig, f"{quantity} per layer, fitted ρ<sup>l</sup><br>ε ∈ {{{', '.join(eps)}}}",
                   "layer l (0 = input)", f"{quantity} (log scale)", height=440)
     fig.update_xaxes(tick0=0, dtick=1, range=[-0.3, top + 0.3])  # layers are integers
     return log_axis(fig, "y", allv)

@@ -159,9 +159,12 @@ def with_caption(fig: go.Figure, caption: str) -> go.Figure:
     live link in SVG, ``<span style>`` passes CSS), so &, < and > are escaped and line breaks become
     ``<br>``, the only markup a caption gets.
     """
-    caption = "<br>".join(html.escape(line, quote=False) for line in caption.split("\n"))
+    lines = caption.split("\n")
+    caption = "<br>".join(html.escape(line, quote=False) for line in lines)
     out = go.Figure(fig)
-    out.update_layout(margin=dict(b=110), legend=dict(orientation="h", y=-0.45, yanchor="top"))
-    out.add_annotation(text=caption, xref="paper", yref="paper", x=0, y=0, yshift=-55, showarrow=False,
-                       xanchor="left", yanchor="top", font=dict(size=12, color="#333"))
+    # an export is wide: the legend goes to the right, and the space under the plot is the caption's
+    out.update_layout(margin=dict(b=64 + 17 * len(lines), r=20),
+                      legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
+    out.add_annotation(text=caption, xref="paper", yref="paper", x=0, y=0, yshift=-52, showarrow=False,
+                       xanchor="left", yanchor="top", align="left", font=dict(size=12, color="#333"))
     return out

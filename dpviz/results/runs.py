@@ -108,16 +108,22 @@ def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list
 
 
 def caption(configs: list[dict]) -> str:
-    """One-line description of the runs behind a figure, for exported images."""
-    parts = []
+    """The runs behind a figure, for exported images: a line per configuration (its seeds together), every
+    one named — a figure's best run is never left out behind a "+N"."""
+    seeds: dict = {}
     for c in configs:
         eps = "∞ (no DP)" if str(c["epsilon"]) == "inf" or not math.isfinite(float(c["epsilon"])) \
             else f"{float(c['epsilon']):g}"
         s = f"{c['strategy']}" + (f" (p={c['lp_fraction']:g})" if c["strategy"] == "lp-fft" else "")
-        parts.append(f"{s}, (ε={eps}, δ={float(c['delta']):.0e}), {c['dataset']}/{c['backbone']}")
-    uniq = list(dict.fromkeys(parts))
-    more = f" … (+{len(uniq) - 4})" if len(uniq) > 4 else ""
-    return "dpviz: " + "; ".join(uniq[:4]) + more
+        key = f"{s}, ε={eps}, δ={float(c['delta']):.0e}, {c['dataset']}/{c['backbone']}"
+        seeds.setdefault(key, [])
+        if c.get("seed") is not None and c["seed"] not in seeds[key]:
+            seeds[key].append(c["seed"])
+    lines = [k + (f", seed{'s' if len(v) > 1 else ''} {', '.join(str(x) for x in sorted(v))}" if v else "")
+             for k, v in seeds.items()]
+    if not lines:
+        return "dpviz"
+    return "dpviz: the runs behind this figure, one line per configuration:\n" + "\n".join(f"• {x}" for x in lines)
 
 
 def matching_run(store: Store, run: dict, *, finished_only: bool = True, **changes) -> dict | None:
