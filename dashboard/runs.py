@@ -45,7 +45,7 @@ def render_live() -> None:
         cols = st.columns(len(LIVE_METRICS))
         for col, (metric, _) in zip(cols, LIVE_METRICS):
             fig = figures.metric_curves(df, metric)
-            fig.update_layout(showlegend=False, height=320)  # small multiples: labels are in the bars above
+            fig.update_layout(height=360)  # small multiples, each with its legend: the runs by colour and dash
             col.plotly_chart(fig, key=f"live-{metric}")
 
 

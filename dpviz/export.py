@@ -203,7 +203,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for col in list(out.columns):
         vals = out[col].dropna()
-        if vals.empty or out[col].dtype != object:
+        if vals.empty or pd.api.types.is_numeric_dtype(out[col]):
             continue
         parsed = []
         for v in vals:
@@ -226,7 +226,7 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
             out = out.drop(columns=col)
             for i, (name, series) in enumerate(keep.items()):
                 out.insert(at + i, name, series)
-    return out.apply(lambda c: c.map(_flat) if c.dtype == object else c)
+    return out.apply(lambda c: c if pd.api.types.is_numeric_dtype(c) else c.map(_flat))
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:

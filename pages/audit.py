@@ -58,12 +58,13 @@ if report is None:
     st.caption("No stored audit for this configuration and audit settings yet: launch one above (≈ 3 s on the "
                "default at M = 1000).")
 else:
-    m = st.columns(5)
+    m = st.columns(6)
     m[0].metric("budget ε", "∞" if report["epsilon"] is None else f"{report['epsilon']:g}")
     m[1].metric("accountant's ε spent", "—" if report["epsilon_spent"] is None else f"{report['epsilon_spent']:.3f}")
     m[2].metric("ε_lb (best bound)", f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f}")
     m[3].metric(f"ceiling for M = {report['canaries']}", f"{report['ceiling']:.2f}")
-    m[4].metric("AUC · TPR at FPR 1 %", f"{report['auc']:.3f} · {report['tpr_at_fpr_1pct']:.3f}")
+    m[4].metric("AUC", f"{report['auc']:.3f}")
+    m[5].metric("TPR at FPR 1 %", f"{report['tpr_at_fpr_1pct']:.3f}")
     data = pd.DataFrame({"score": report["scores_in"] + report["scores_out"],
                          "included": [True] * len(report["scores_in"]) + [False] * len(report["scores_out"])})
     for name, fig in (("bounds", figures.audit.bounds_figure(report)), ("scores", figures.audit.scores_figure(report)),

@@ -1,6 +1,5 @@
 """Public → private (continual) training against pure DP-FFT at the same budget."""
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state
@@ -58,8 +57,7 @@ if pairs:
         runs.render_export(fig, df, [store.get_run(r)["config"] for r in ids], "dpviz_continual_vs_fft", "exp-pair")
         dec = store.metrics(pick, "decelerator_public").get("decelerator_public", [])
         if dec:
-            st.line_chart(pd.DataFrame(dec, columns=["step", "decelerator (public batch)"]).set_index("step"),
-                          height=220)
+            st.plotly_chart(figures.curvature.decelerator_figure(dec, results.run_label(run), switch), key="cu_dec")
         fin = results.final_table(store, ids)
         st.dataframe(fin, hide_index=True, key="cu_pair_table")
         if not twins:

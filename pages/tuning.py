@@ -86,9 +86,8 @@ def render_trials():
     if n_private:
         st.warning(f"{n_private} trials of this search trained on the private data: the search as a whole "
                    "spent privacy that the per-run ε values below do not include.", icon=":material/warning:")
-    cols = st.columns(3)
-    for col, kind in zip(cols, figures.tuning.KINDS):
-        col.plotly_chart(figures.tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
+    for kind in figures.tuning.KINDS:  # one full-width figure each: three in a row crowd their labels
+        st.plotly_chart(figures.tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
     if rows.empty:
         return
     st.dataframe(rows.sort_values("test_accuracy", ascending=False), hide_index=True, key="tu_table")
