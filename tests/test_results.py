@@ -235,3 +235,12 @@ def test_the_results_package_imports_no_streamlit_plotly_or_torch():
     code = "import sys, dpviz.results; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'streamlit'}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_caption_names_every_run_on_its_own_line():
+    configs = [dict(strategy=s, epsilon=e, delta=1e-5, dataset="cifar10", backbone="cnn", seed=k, lp_fraction=0.5)
+               for s in ("fft", "lp", "lp-fft", "sparse", "lora") for e in (1.0, "inf") for k in (0, 1)]
+    lines = results.caption(configs).split("\n")
+    assert len(lines) == 1 + 10 and "+" not in lines[-1]  # no "… (+N)": every configuration is named
+    assert "• lora, ε=∞ (no DP), δ=1e-05, cifar10/cnn, seeds 0, 1" in lines
+    assert "• lp-fft (p=0.5), ε=1, δ=1e-05, cifar10/cnn, seeds 0, 1" in lines
