@@ -39,8 +39,8 @@ def test_every_registered_strategy_is_drawn_in_its_declared_colour(monkeypatch):
     names = [*strategies.names(), "unregistered"]
     fig = figures.metric_curves(curves(names), "loss")
     drawn = {tr.name: tr.line.color for tr in fig.data}
-    safe = {n: style._SAFE.get(strategies.get(n).color.lower(), strategies.get(n).color) for n in strategies.names()}
-    assert drawn == {**safe, "unregistered": style.GREY}  # a matplotlib default: its Okabe–Ito counterpart
+    safe = {n: strategies.get(n).color for n in strategies.names()}
+    assert drawn == {**safe, "unregistered": style.GREY}  # each strategy in its declared colour
     assert drawn["toy"] == "#123456" and drawn["continual"] != style.GREY
     assert set(safe.values()) - {"#123456"} <= set(style.OKABE_ITO.values())  # the built-ins: colour-blind safe
 

@@ -21,10 +21,6 @@ OKABE_ITO = {"blue": "#0072B2", "vermillion": "#D55E00", "bluish green": "#009E7
 """Okabe & Ito's colour-blind-safe palette: every figure draws its curves in these (dashes are the second cue)."""
 GREY = "#999999"
 SERIES = tuple(OKABE_ITO.values())  # curves that are not strategies, in this order
-_SAFE = {"#1f77b4": OKABE_ITO["blue"], "#ff7f0e": OKABE_ITO["orange"], "#2ca02c": OKABE_ITO["bluish green"],
-         "#d62728": OKABE_ITO["vermillion"], "#9467bd": OKABE_ITO["reddish purple"], "#8c564b": OKABE_ITO["black"],
-         "#17becf": OKABE_ITO["sky blue"], "#7f7f7f": GREY, "#bcbd22": OKABE_ITO["yellow"]}
-"""Matplotlib's default colours (which the built-in strategies declare) → their colour-blind-safe counterpart."""
 ACCOUNTANT_COLORS = {"rdp": OKABE_ITO["blue"], "gdp": OKABE_ITO["bluish green"], "prv": OKABE_ITO["vermillion"]}
 BASELINE_COLORS = {"magnitude": OKABE_ITO["blue"], "random": GREY, "bias": OKABE_ITO["bluish green"],
                    "norm": OKABE_ITO["reddish purple"]}
@@ -50,10 +46,9 @@ PRIVATE = "statistics of private data, NOT covered by the DP guarantee"
 
 
 def color(strategy: str) -> str:
-    """The strategy's declared colour (grey for a name no strategy registers), a default matplotlib colour
-    drawn as its colour-blind-safe Okabe–Ito counterpart."""
-    c = strategies.colors().get(strategy, GREY)
-    return _SAFE.get(c.lower(), c)
+    """The strategy's declared colour (the built-in ones declare Okabe–Ito's); grey for a name no strategy
+    registers."""
+    return strategies.colors().get(strategy, GREY)
 
 
 def eps_text(eps) -> str:

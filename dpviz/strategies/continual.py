@@ -18,7 +18,7 @@ SWITCH_CHECK_EVERY = 10  # public steps between decelerator checks of the automa
 
 @register
 class PublicThenPrivate(Strategy):
-    name, label, color = "continual", "public, then private", "#8c564b"
+    name, label, color = "continual", "public, then private", "#000000"
     lr_fields = ("lr_ft",)
     # its DP phase is pure DP-FFT's schedule under the same σ; a proxy cannot stand in for the private
     # data when the public phase already uses that dataset, so "auto" takes DP-FFT's rates

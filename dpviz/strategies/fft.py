@@ -8,7 +8,7 @@ from .base import PhasePlan, Strategy
 
 @register
 class FullFineTune(Strategy):
-    name, label, color = "fft", "full fine-tuning", "#d62728"
+    name, label, color = "fft", "full fine-tuning", "#D55E00"
     lr_fields = ("lr_ft",)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):

@@ -14,7 +14,7 @@ from .base import Param, PhasePlan, Strategy
 
 @register
 class LowRankAdapters(Strategy):
-    name, label, color = "lora", "low-rank adapters (LoRA)", "#17becf"
+    name, label, color = "lora", "low-rank adapters (LoRA)", "#56B4E9"
     lr_fields = ("lr_ft",)
     params = (Param(name="lora_rank", label="adapter rank r (lora)", kind="int", low=1, high=256, step=1,
                     help="rank of the low-rank update B·A added to every Linear / Conv2d of the backbone"),)

@@ -10,7 +10,7 @@ from .base import PhasePlan, Strategy
 class LinearProbe(Strategy):
     """The head alone, on penultimate features computed once (no backbone forward per step)."""
 
-    name, label, color = "lp", "linear probing (head only)", "#1f77b4"
+    name, label, color = "lp", "linear probing (head only)", "#0072B2"
     lr_fields = ("lr_lp",)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):

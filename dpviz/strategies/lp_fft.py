@@ -11,7 +11,7 @@ from .base import Param, PhasePlan, Strategy
 class LinearProbeThenFineTune(Strategy):
     """LP for round(p·T) steps, then FFT; with one σ each phase spends its share of steps (and of ε)."""
 
-    name, label, color = "lp-fft", "LP, then full fine-tuning", "#2ca02c"
+    name, label, color = "lp-fft", "LP, then full fine-tuning", "#009E73"
     lr_fields = ("lr_lp", "lr_ft")
     auto_axes = ("lp_fraction",)
     params = (Param(name="lp_fraction", label="LP fraction p (share of steps and budget on LP)", low=0.0,

@@ -11,7 +11,7 @@ from .base import Param, PhasePlan, Strategy
 class PartialFineTune(Strategy):
     """Stem and earlier blocks stay frozen; a ViT's final norm trains with its last block."""
 
-    name, label, color = "partial", "last k blocks", "#9467bd"
+    name, label, color = "partial", "last k blocks", "#CC79A7"
     lr_fields = ("lr_ft",)
     params = (Param(name="tune_blocks", label="blocks to tune", kind="int", low=1, high=64, step=1,
                     help="how many of the backbone's last blocks train (with the head)"),)

@@ -24,7 +24,7 @@ def trains(selection: str) -> dict:
 
 @register
 class SparseFineTune(Strategy):
-    name, label, color = "sparse", "sparse rows (SPARTA and baselines)", "#ff7f0e"
+    name, label, color = "sparse", "sparse rows (SPARTA and baselines)", "#E69F00"
     lr_fields = ("lr_lp", "lr_ft")
     grad_sample_modes = ("auto", "bk")  # masked rows need book-keeping
     min_epochs = 3  # head epochs, a selection epoch, masked epochs
