@@ -271,3 +271,32 @@ def test_theory_page_redraws_on_the_epsilon_slider(app_env):
     assert not at.exception and not at.error and noise and after and noise != after
     assert float(after[0].split()[3]) < float(noise[0].split()[3])  # more budget, less noise
     assert len(at.get("plotly_chart")) == 5
+
+
+def test_a_field_its_choice_disables_never_blocks_the_launch(app_env):
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_dataset").set_value("cifar10").run()
+    at.text_input(key="f_data_dir").input("/some/where").run()
+    at.selectbox(key="f_dataset").set_value("digits").run()  # the folder field greys out, keeping its text
+    assert not at.error, [e.value for e in at.error]
+    assert [b for b in at.button if b.key == "launch"]
+
+
+def test_an_invalid_number_blocks_the_launch_instead_of_falling_back(app_env):
+    at = open_page("pages/runs.py")
+    at.number_input(key="f_batch").set_value(0).run()
+    assert at.error and "batch_size" in at.error[0].value
+    assert not [b for b in at.button if b.key == "launch"] and not at.info  # no preview of B = 256 either
+
+
+def test_the_form_lives_in_the_url_and_survives_a_reload(app_env):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["epsilon"] = "2.0"
+    at.query_params["strategy"] = "fft"
+    at.run()
+    assert at.select_slider(key="f_epsilon").value == 2.0 and at.selectbox(key="f_strategy").value == "fft"
+    assert "ε = 2" in at.info[0].value
+    at.number_input(key="f_batch").set_value(128).run()
+    assert at.query_params["batch"] == "128" and at.query_params["epsilon"] == "2.0"
+    at.select_slider(key="f_epsilon").set_value(1.0).run()  # back to the default: out of the URL
+    assert "epsilon" not in at.query_params
