@@ -15,6 +15,59 @@ NO_PRIVACY = "no privacy"
 EPS_CHOICES = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0,
                NO_PRIVACY]
 D = RunConfig.__dataclass_fields__
+_URL = "_form_url_keys"  # widget key → its shipped default, for the keys this run drew (written to the URL)
+
+
+def _qkey(key: str) -> str:
+    return key.removeprefix("f_")
+
+
+def _parse(text: str, fallback, options=None):
+    """A query-parameter value read as the type of ``fallback`` (None when it does not parse or is no option)."""
+    try:
+        if options is not None:
+            return next((o for o in options if str(o) == text), None)
+        if isinstance(fallback, bool):
+            return {"1": True, "0": False}.get(text)
+        if isinstance(fallback, int):
+            return int(text)
+        if isinstance(fallback, float):
+            v = float(text)
+            return v if math.isfinite(v) else None
+        return text
+    except ValueError:
+        return None
+
+
+def _default(key: str, fallback, options=None):
+    """The widget's default: the URL's value (read once per session, so widgets keep their identity) or
+    ``fallback``. A reload keeps the form: `_write_url` puts every field that differs from its default in the URL."""
+    st.session_state.setdefault(_URL, {})[key] = fallback
+    defaults = st.session_state.setdefault("_form_defaults", {})
+    if key not in defaults:
+        text = st.query_params.get(_qkey(key))
+        parsed = None if text is None else _parse(text, fallback, options)
+        defaults[key] = fallback if parsed is None else parsed
+    return defaults[key]
+
+
+def _write_url() -> None:
+    """The drawn fields that differ from their shipped defaults, in the URL query (the others out of it)."""
+    for key, fallback in st.session_state.get(_URL, {}).items():
+        if key not in st.session_state:
+            continue
+        value, q = st.session_state[key], _qkey(key)
+        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        if value == fallback:
+            if q in st.query_params:
+                del st.query_params[q]
+        elif st.query_params.get(q) != text:
+            st.query_params[q] = text
+
+
+def _index(options, key: str, fallback=None) -> int:
+    options = list(options)
+    return options.index(_default(key, options[0] if fallback is None else fallback, options))
 
 
 @st.cache_data(show_spinner="Calibrating the noise for this budget…", max_entries=256)
@@ -24,24 +77,26 @@ def _preview(cfg_json: str) -> dict:
 
 def _privacy_widgets() -> dict:
     c1, c2, c3 = st.columns([3, 2, 2])
-    eps = c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=1.0, key="f_epsilon",
+    eps = c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=_default("f_epsilon", 1.0, EPS_CHOICES),
+                           key="f_epsilon",
                            help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
-    delta = c2.number_input("δ", value=1e-5, min_value=0.0, format="%.1e", step=1e-6, key="f_delta")
-    acct = c3.selectbox("accountant", ACCOUNTANTS, key="f_accountant",
+    delta = c2.number_input("δ", value=_default("f_delta", 1e-5), format="%.1e", step=1e-6, key="f_delta")
+    acct = c3.selectbox("accountant", ACCOUNTANTS, index=_index(ACCOUNTANTS, "f_accountant"), key="f_accountant",
                         help="PRV (Opacus's upper bound) and RDP bound ε. GDP is a central-limit approximation, "
                              "not a bound: a GDP run is calibrated by PRV's bound and shows GDP's ε beside it.")
     return {"epsilon": math.inf if eps == NO_PRIVACY else eps, "delta": delta, "accountant": acct}
 
 
 def _param_widget(box, p: strategies.Param):
-    """One strategy field as the widget its `Param` declares (key ``f_<field>``)."""
+    """One strategy field as the widget its `Param` declares (key ``f_<field>``). Number inputs take any
+    value: one the config refuses is the form's error box, never a silently kept old value."""
     default, key = D[p.name].default, f"f_{p.name}"
     if p.kind == "choice":
-        return box.selectbox(p.label, p.choices, index=p.choices.index(default), key=key, help=p.help or None)
+        return box.selectbox(p.label, p.choices, index=_index(p.choices, key, default), key=key, help=p.help or None)
     if p.kind == "int":
-        return int(box.number_input(p.label, int(p.low), int(p.high), int(default), int(p.step or 1), key=key,
+        return int(box.number_input(p.label, None, None, _default(key, int(default)), int(p.step or 1), key=key,
                                     help=p.help or None))
-    return box.slider(p.label, float(p.low), float(p.high), float(default), float(p.step), key=key,
+    return box.slider(p.label, float(p.low), float(p.high), _default(key, float(default)), float(p.step), key=key,
                       help=p.help or None)
 
 
@@ -49,7 +104,7 @@ def _strategy_widgets() -> dict:
     """The strategy and exactly the fields it declares (the others keep their defaults)."""
     names = list(strategies.names())
     c1, *rest = st.columns([2, 5])
-    strategy = c1.selectbox("strategy", names, index=names.index("lp-fft"), key="f_strategy",
+    strategy = c1.selectbox("strategy", names, index=_index(names, "f_strategy", "lp-fft"), key="f_strategy",
                             format_func=lambda n: f"{n} — {strategies.get(n).label}")
     params = strategies.get(strategy).params
     boxes = rest[0].columns(len(params)) if params else []
@@ -57,17 +112,21 @@ def _strategy_widgets() -> dict:
 
 
 def _model_widgets() -> dict:
+    """Dataset and backbone; a field their choice disables is ignored (it keeps its text for later, never
+    blocks the launch)."""
     c1, c2, c3, c4 = st.columns(4)
-    dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), key="f_dataset",
-                           format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
+    dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), index=_index(catalog.DATASETS, "f_dataset"),
+                           key="f_dataset", format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
     data = catalog.DATASETS[dataset]
-    data_dir = c2.text_input("data folder (real datasets)", key="f_data_dir", disabled=not data.needs_data_dir,
-                             help=f"holding {data.files}" if data.files else None)
-    backbone = c3.selectbox("backbone", tuple(catalog.BACKBONES), key="f_backbone",
-                            format_func=lambda n: f"{n} — {catalog.BACKBONES[n].label}")
-    weights = c4.text_input("weights file (torchvision/timm)", key="f_weights",
-                            disabled=not catalog.BACKBONES[backbone].needs_weights)
-    return {"dataset": dataset, "data_dir": data_dir or None, "backbone": backbone, "weights": weights or None}
+    data_dir = c2.text_input("data folder (real datasets)", _default("f_data_dir", ""), key="f_data_dir",
+                             disabled=not data.needs_data_dir, help=f"holding {data.files}" if data.files else None)
+    backbone = c3.selectbox("backbone", tuple(catalog.BACKBONES), index=_index(catalog.BACKBONES, "f_backbone"),
+                            key="f_backbone", format_func=lambda n: f"{n} — {catalog.BACKBONES[n].label}")
+    needs_weights = catalog.BACKBONES[backbone].needs_weights
+    weights = c4.text_input("weights file (torchvision/timm)", _default("f_weights", ""), key="f_weights",
+                            disabled=not needs_weights)
+    return {"dataset": dataset, "data_dir": (data_dir.strip() or None) if data.needs_data_dir else None,
+            "backbone": backbone, "weights": (weights.strip() or None) if needs_weights else None}
 
 
 LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
@@ -75,10 +134,11 @@ LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
 
 def _lr_widget(box, field: str):
     """A learning rate: "auto" (chosen on public data, the default) or a number the user types."""
-    auto = box.toggle(f"{LR_LABELS.get(field, field)} auto", value=True, key=f"f_{field}_auto",
+    auto = box.toggle(f"{LR_LABELS.get(field, field)} auto", value=_default(f"f_{field}_auto", True),
+                      key=f"f_{field}_auto",
                       help="auto: chosen for this ε, B, epochs and strategy on public data only (no privacy spent)")
-    value = box.number_input(LR_LABELS.get(field, field), 1e-5, 100.0, autotune.DEFAULTS[field], format="%.4g",
-                             key=f"f_{field}", disabled=auto, label_visibility="collapsed")
+    value = box.number_input(LR_LABELS.get(field, field), None, None, _default(f"f_{field}", autotune.DEFAULTS[field]),
+                             format="%.4g", key=f"f_{field}", disabled=auto, label_visibility="collapsed")
     return AUTO if auto else value
 
 
@@ -87,30 +147,34 @@ def _training_widgets(strategy: str) -> dict:
     lrs = strategies.get(strategy).lr_fields
     c = st.columns(6 + len(lrs))
     out = {
-        "epochs": int(c[0].number_input("epochs", 1, 1000, D["epochs"].default, key="f_epochs")),
-        "batch_size": int(c[1].number_input("batch size B", 1, 100000, D["batch_size"].default, key="f_batch")),
+        "epochs": int(c[0].number_input("epochs", None, None, _default("f_epochs", D["epochs"].default), key="f_epochs")),
+        "batch_size": int(c[1].number_input("batch size B", None, None, _default("f_batch", D["batch_size"].default),
+                                            key="f_batch")),
         **{f: _lr_widget(c[2 + i], f) for i, f in enumerate(lrs)},
     }
     c = c[2 + len(lrs):]
     out.update({
-        "clip_norm": c[0].number_input("clip norm C", 1e-4, 1000.0, D["clip_norm"].default, format="%.4g",
-                                       key="f_clip"),
-        "optimizer": c[1].selectbox("optimizer", OPTIMIZERS, key="f_optimizer"),
-        "seed": int(c[2].number_input("seed", 0, 10**6, 0, key="f_seed")),
-        "clipping": c[3].selectbox("clipping", CLIPPINGS, key="f_clipping",
+        "clip_norm": c[0].number_input("clip norm C", None, None, _default("f_clip", D["clip_norm"].default),
+                                       format="%.4g", key="f_clip"),
+        "optimizer": c[1].selectbox("optimizer", OPTIMIZERS, index=_index(OPTIMIZERS, "f_optimizer"), key="f_optimizer"),
+        "seed": int(c[2].number_input("seed", None, None, _default("f_seed", 0), key="f_seed")),
+        "clipping": c[3].selectbox("clipping", CLIPPINGS, index=_index(CLIPPINGS, "f_clipping"), key="f_clipping",
                                    help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)"),
     })
     return out
 
 
 def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
-    """Draw the form; return the validated config and its preview, or show an error box.
+    """Draw the form; return the validated config and its preview, or show an error box (and None: a field
+    the config refuses blocks the launch, it never falls back to a default). The fields live in the URL query.
 
     ``cache_dir``: the store whose proxy searches answer "auto" learning rates.
     """
+    st.session_state[_URL] = {}
     privacy = _privacy_widgets()
     strategy = _strategy_widgets()
     fields = {**privacy, **strategy, **_model_widgets(), **_training_widgets(strategy["strategy"])}
+    _write_url()
     try:
         cfg = RunConfig(**fields)
         prev = _preview(cfg.to_json())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import streamlit as st
 
 from dpviz import catalog
@@ -48,10 +50,22 @@ def render_sidebar() -> None:
         for script, title, icon in PAGES:
             st.page_link(script, label=title, icon=icon)
         st.divider()
-        active = jm.active()
-        st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active")
+        _render_job_count(jm, bool(jm.active()))
         for e in catalog.PLUGIN_ERRORS:  # a plugin named in the environment that did not import
             st.error(str(e), icon=":material/extension_off:")
+
+
+def _render_job_count(jm, live: bool) -> None:
+    """The store and the background runs by state, redrawn every second while any is active."""
+
+    @st.fragment(run_every=1.0 if live else None)
+    def count():
+        active = jm.active()
+        by = Counter(jm.state(j)["phase"] for j in active)
+        detail = f" ({', '.join(f'{n} {p}' for p, n in by.items())})" if by else ""
+        st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active{detail}")
+
+    count()
 
 
 def input_error(e: Exception) -> None:

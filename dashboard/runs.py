@@ -12,41 +12,78 @@ from . import state
 LIVE_METRICS = (("loss", "Training loss"), ("test_accuracy", "Test accuracy"), ("epsilon", "ε spent"))
 
 
-def render_launch(cfg) -> None:
-    if st.button("Launch run", type="primary", key="launch"):
-        job = state.job_manager().submit(cfg)
-        st.session_state["watch"] = job.job_id
-        st.toast(f"Launched {cfg.strategy} at ε = {cfg.epsilon:g} in the background")
-
-
-@st.fragment(run_every=1.0)
-def render_live() -> None:
-    """Progress, cancel, and growing curves of this server's runs (redrawn every second)."""
+def _launch(cfgs, what: str) -> None:
+    """Button callback: submit before the page reruns, so that the sidebar's count, the job list and the
+    pair's states are there in the very run the click causes."""
     jm = state.job_manager()
-    jobs = sorted(jm.jobs.values(), key=lambda j: -j.job_id)[:6]
-    if not jobs:
-        st.caption("No run launched from this server yet: launch one above, or open stored runs below.")
-        return
-    for job in jobs:
-        c1, c2 = st.columns([6, 1])
-        frac = (job.step / job.total_steps) if job.total_steps else 0.0
-        acc = job.last.get("test_accuracy")
-        status = job.status if job.run_id or job.done else (
-            "preparing (" + ("auto learning rates, " if job.cfg.auto else "") + "data, backbone, noise calibration)")
-        text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · "
-                f"{status} · step {job.step}/{job.total_steps or '?'}"
-                + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))
-        c1.progress(min(frac, 1.0), text=text)
-        if not job.done and c2.button("Cancel", key=f"cancel-{job.job_id}"):
-            job.cancel()
-    ids = [j.run_id for j in jobs if j.run_id]
-    if ids:
-        df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
-        cols = st.columns(len(LIVE_METRICS))
-        for col, (metric, _) in zip(cols, LIVE_METRICS):
-            fig = figures.metric_curves(df, metric)
-            fig.update_layout(height=360)  # small multiples, each with its legend: the runs by colour and dash
-            col.plotly_chart(fig, key=f"live-{metric}")
+    jobs = [jm.submit(c) for c in cfgs]
+    st.session_state["watch"] = jobs[-1].job_id
+    st.session_state.setdefault("launched_jobs", []).extend(j.job_id for j in jobs)
+    st.session_state["_toast"] = what
+
+
+def toast_launched() -> None:
+    if what := st.session_state.pop("_toast", None):
+        st.toast(what)
+
+
+def render_launch(cfg) -> None:
+    st.button("Launch run", type="primary", key="launch", on_click=_launch,
+              args=([cfg], f"Launched {cfg.strategy} at ε = {cfg.epsilon:g} in the background"))
+    toast_launched()
+
+
+def launch_button(label: str, cfgs, what: str, key: str) -> None:
+    """A button that submits ``cfgs`` (drawn by pages that launch several runs at once)."""
+    st.button(label, key=key, on_click=_launch, args=(list(cfgs), what))
+    toast_launched()
+
+
+def _jobs_signature(jobs) -> tuple:
+    return tuple((j.job_id, j.run_id, j.status) for j in jobs)
+
+
+def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None:
+    """Progress, cancel and growing curves of this server's runs (``job_ids``: only those), redrawn every
+    second. Each job says what it waits for: its place in the queue, preparing, the learning-rate search's
+    trial k of n, or training step of total. When a run is stored or ends, the whole page reruns, so its
+    tables and counts show it within a second."""
+    jm = state.job_manager()
+
+    def chosen():
+        jobs = [j for j in jm.jobs.values() if job_ids is None or j.job_id in job_ids]
+        return sorted(jobs, key=lambda j: -j.job_id)[:6 if job_ids is None else None]
+
+    seen = _jobs_signature(jm.jobs.values())
+
+    @st.fragment(run_every=1.0)
+    def live():
+        jobs = chosen()
+        if _jobs_signature(jm.jobs.values()) != seen:
+            st.rerun()  # a run was stored or ended: redraw the page's tables and the sidebar too
+        if not jobs:
+            if job_ids is None:
+                st.caption("No run launched from this server yet: launch one above, or open stored runs below.")
+            return
+        for job in jobs:
+            c1, c2 = st.columns([6, 1])
+            now = jm.state(job)
+            acc = job.last.get("test_accuracy")
+            text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · {now['text']}"
+                    + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))
+            c1.progress(now["fraction"], text=text)
+            if not job.done and c2.button("Cancel", key=f"{key}-cancel-{job.job_id}"):
+                job.cancel()
+        ids = [j.run_id for j in jobs if j.run_id]
+        if ids and curves:
+            df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
+            cols = st.columns(len(LIVE_METRICS))
+            for col, (metric, _) in zip(cols, LIVE_METRICS):
+                fig = figures.metric_curves(df, metric)
+                fig.update_layout(height=360)  # small multiples, each with its legend: the runs by colour and dash
+                col.plotly_chart(fig, key=f"{key}-{metric}")
+
+    live()
 
 
 def render_run_table() -> list[str]:

@@ -112,9 +112,14 @@ def start_points(fields, trials: int) -> list[dict]:
     return grid[:trials]
 
 
-def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None, seed: int = 0, run: bool = True):
-    """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains."""
+def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None, seed: int = 0, run: bool = True,
+           progress=None, cancel=None):
+    """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains.
+
+    ``progress(k, n)`` is called before the k-th of n trials trains; ``cancel`` (an event) stops the search
+    between trials (`Cancelled`), leaving the finished trials for the next resolution to resume from."""
     from . import execute, sweeps
+    from .errors import Cancelled
 
     trials = trials or trials_for(fields)
     study = sweeps.create_search(search_base(cfg), _space(fields), trials=trials, seed=seed,
@@ -123,8 +128,14 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
         for point in start_points(fields, trials):
             study.enqueue_trial(point)
     study.set_user_attr("auto", True)
-    if run:
-        sweeps.work(study, run=execute.run, cache_dir=cache_dir)  # trials are concrete configs
+    while run:  # one trial at a time (trials are concrete configs), reporting and cancellable between them
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the learning-rate search was cancelled between trials")
+        if progress is not None:
+            finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+            progress(min(len(finished) + 1, trials), trials)
+        if not sweeps.work(study, run=execute.run, cache_dir=cache_dir, max_trials=1):
+            break
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
 
@@ -147,7 +158,7 @@ def _finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> tuple |
 
 
 def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: int = 0,
-            search_ok: bool = True, validate=None) -> tuple[RunConfig, Resolution]:
+            search_ok: bool = True, validate=None, progress=None, cancel=None) -> tuple[RunConfig, Resolution]:
     """``cfg`` with its "auto" fields replaced, and how they were chosen (see the module docstring).
 
     Args:
@@ -158,6 +169,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         search_ok: False returns source "pending" (``cfg`` unchanged) where a search would have to train.
         validate: called with ``cfg`` before a search trains (the runner passes `engine.preview`, which
             checks δ against the private data's size; resolving itself reads no private data).
+        progress, cancel: a search's ``progress(k, n)`` before trial k of n, and its cancel event (`search`).
 
     ``DPVIZ_AUTO_SEARCH=off`` never trains a search: configs off the shipped grid without a finished
     search take the fixed defaults (source "default"), e.g. for batch jobs that must not wait.
@@ -176,7 +188,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
     stand_in = strategies.get(cfg.strategy).auto_as
     if stand_in:  # e.g. continual takes DP-FFT's rates: the same private schedule and σ
         out, res = resolve(cfg.replace(strategy=stand_in), cache_dir=cache_dir, trials=trials, seed=seed,
-                           search_ok=search_ok, validate=validate)
+                           search_ok=search_ok, validate=validate, progress=progress, cancel=cancel)
         if out.auto:
             return cfg, res
         values = {f: getattr(out, f) for f in cfg.auto}
@@ -209,7 +221,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
                                         f"{proxy}, no private data")
         if validate is not None:
             validate(cfg)  # bad input is a one-line error before any proxy run
-        found = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed)
+        found = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, progress=progress, cancel=cancel)
     study, done = found
     best = best_trial(done)
     values = {**defaults, **{f: float(f"{best.params[f]:.4g}") for f in fields}}

@@ -1,7 +1,9 @@
 """Background runs: `JobManager` trains submitted configs in a thread pool, with progress, status and cancel.
 
 Each `submit` becomes a `Job` (queued → running → finished, failed or cancelled) that a pool thread
-trains through `runner.run`: one worker per 2 cores by default, torch threads split so that workers ×
+trains through `runner.run`; its ``phase`` says what it waits for — queued (behind the workers), preparing,
+searching (the public proxy search for "auto" rates, trial k of n), training (step of total) — and
+`JobManager.state` turns it into one line and a fraction for pages: one worker per 2 cores by default, torch threads split so that workers ×
 threads ≤ cores. With ``analyses=True`` every new checkpoint's background analyses are queued beside the
 training (`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
 training or the other; a failed analysis is stored as a run event and never fails the run.
@@ -33,6 +35,8 @@ class Job:
     job_id: int
     cfg: RunConfig
     status: str = "queued"  # queued, running, finished, failed, cancelled
+    phase: str = "queued"  # queued, preparing, searching, training, then the final status
+    search: tuple[int, int] | None = None  # (k, n): trial k of n of the learning-rate search
     run_id: str | None = None
     step: int = 0
     total_steps: int | None = None
@@ -47,7 +51,10 @@ class Job:
         return self.status in ("finished", "failed", "cancelled")
 
     def cancel(self) -> None:
+        """Stop the job: a queued one never starts, a search stops between trials, training at the next step."""
         self.cancel_event.set()
+        if self.future is not None and self.future.cancel():  # still queued: no thread will report it
+            self.status = self.phase = "cancelled"
 
     def wait(self, timeout: float | None = None) -> dict | None:
         """Block until the job ends; return its summary (re-raising its error)."""
@@ -80,7 +87,32 @@ class JobManager:
         job.future = self.pool.submit(self._work, job, force)
         return job
 
+    def state(self, job: Job) -> dict:
+        """What ``job`` waits for, as {"phase", "text", "fraction"}: queued (its place in the queue), preparing,
+        searching learning rates (trial k of n), training (step of total), or how it ended."""
+        if job.phase == "queued":
+            waiting = sorted(j.job_id for j in self.jobs.values() if j.phase == "queued")
+            k = waiting.index(job.job_id) + 1 if job.job_id in waiting else 1
+            text = (f"queued ({k} of {len(waiting)} waiting; {self.max_workers} run"
+                    f"{'s' * (self.max_workers > 1)} at a time)")
+            return {"phase": "queued", "text": text, "fraction": 0.0}
+        if job.phase == "preparing":
+            return {"phase": "preparing", "text": "preparing (data, backbone, noise calibration)", "fraction": 0.0}
+        if job.phase == "searching":
+            k, n = job.search
+            return {"phase": "searching", "text": f"searching learning rates on public data ({k} of {n})",
+                    "fraction": (k - 1) / n if n else 0.0}
+        frac = min(job.step / job.total_steps, 1.0) if job.total_steps else 0.0
+        if job.phase == "training":
+            return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps or '?'})",
+                    "fraction": frac}
+        return {"phase": job.phase, "text": job.status, "fraction": 1.0 if job.status == "finished" else frac}
+
     def _work(self, job: Job, force: bool) -> None:
+        if job.cancel_event.is_set():  # cancelled while queued
+            job.status = job.phase = "cancelled"
+            return
+        job.phase = "preparing"
         if self.torch_threads:
             import torch
 
@@ -90,17 +122,23 @@ class JobManager:
             job.step, job.total_steps, job.last = step, total, last
 
         def started(run_id):
-            job.run_id, job.status = run_id, "running"
+            job.run_id, job.status, job.phase = run_id, "running", "training"
+
+        def searching(k, n):
+            job.search, job.phase = (k, n), "searching"
 
         try:
             job.summary = run(job.cfg, store=self.store, force=force, progress=progress, cancel=job.cancel_event,
-                              on_start=started, on_checkpoint=self.queue_analyses if self.analyses else None)
+                              on_start=started, on_checkpoint=self.queue_analyses if self.analyses else None,
+                              search_progress=searching)
             job.status = "finished"
         except Cancelled:
             job.status = "cancelled"
         except BaseException as e:
             job.status, job.error = "failed", str(e)
             raise
+        finally:
+            job.phase = job.status
 
     def queue_analyses(self, run_id: str, step: int) -> Future:
         """Queue a new checkpoint's background analyses: feature analyses in the analysis thread,

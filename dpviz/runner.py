@@ -13,7 +13,8 @@ from .config import RunConfig
 from .store import Store
 
 
-def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None) -> tuple[RunConfig, dict]:
+def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None, search_progress=None,
+             cancel=None) -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the
     summary's ``auto`` entry; ``cfg`` keeps "auto" fields where ``search_ok`` is False and a search must train."""
     if not cfg.auto:
@@ -21,7 +22,8 @@ def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=N
     from . import autotune
 
     fields = cfg.auto
-    out, resolution = autotune.resolve(cfg, cache_dir=store.root, search_ok=search_ok, validate=validate)
+    out, resolution = autotune.resolve(cfg, cache_dir=store.root, search_ok=search_ok, validate=validate,
+                                       progress=search_progress, cancel=cancel)
     return out, {"auto": {"fields": list(fields), **resolution.as_dict()}}
 
 
@@ -42,7 +44,8 @@ def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dic
 def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bool = False,
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
-        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
+        search_progress: Callable[[int, int], None] | None = None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -56,6 +59,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         on_start: called with the new run's id once it is stored.
         on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
         ahead: σ and the ε curve being computed in parallel (`dpviz.ahead.start`), if any.
+        search_progress: called as ``search_progress(k, n)`` before the k-th of n trials of a proxy
+            search for "auto" rates trains (a search is cancelled between trials by ``cancel``).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -67,7 +72,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     from . import calibration, execute  # torch: only when something trains
 
     store = store or Store(cache_dir)
-    cfg, auto = resolved(cfg, store, validate=calibration.preview)
+    cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
                        on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead)
 

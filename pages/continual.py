@@ -31,11 +31,13 @@ try:
 except DpvizError as e:
     layout.input_error(e)
     k_cfg = None
-if k_cfg and st.button("Launch continual and pure DP-FFT at this budget", key="cu_k_launch"):
-    jm = state.job_manager()
-    jm.submit(k_cfg)
-    jm.submit(k_cfg.replace(strategy="fft"))
-    st.toast("Launched the pair")
+if k_cfg:
+    runs.launch_button("Launch continual and pure DP-FFT at this budget", [k_cfg, k_cfg.replace(strategy="fft")],
+                       "Launched the pair", key="cu_k_launch")
+mine = [j for j in st.session_state.get("launched_jobs", [])
+        if j in state.job_manager().jobs and state.job_manager().jobs[j].cfg.strategy in ("continual", "fft")]
+if mine:  # the launched pairs' states at once (queued, preparing, training), until they land below
+    runs.render_live(mine[-2:], curves=False, key="cu_live")
 
 pairs = results.runs_of(store, "continual")
 if pairs:

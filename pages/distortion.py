@@ -52,13 +52,25 @@ if not warm["ready"]:
     st.caption("UMAP is compiling in the background (once per server, about a minute); PCA meanwhile."
                + (f" UMAP failed: {warm['error']}" if warm["error"] else ""))
 steps = store.feature_steps(run_id)
-maps = [analyses.request(run_id, "embedding", s, method=method) for s in steps]
-if any(m is None for m in maps):
-    st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… reload in a moment.")
-else:
+
+
+@st.fragment(run_every=1.0 if any(analyses.request(run_id, "embedding", s, method=method) is None for s in steps)
+             else None)
+def render_map():
+    maps = [analyses.request(run_id, "embedding", s, method=method) for s in steps]
+    if any(m is None for m in maps):
+        st.info(f"Computing the maps ({sum(m is not None for m in maps)}/{len(steps)} ready)… they appear here "
+                "by themselves.")
+        st.session_state["_fd_map_waiting"] = True
+        return
+    if st.session_state.pop("_fd_map_waiting", False):
+        st.rerun()  # all landed: redraw once without the timer, so the map's slider is not reset every second
     frames = results.embedding_frames(maps)
     fig = figures.analyses.embedding_map(frames, labels[run_id], method)
     st.plotly_chart(fig, key="fd_map")
     runs.render_export(fig, results.embedding_table(frames), [store.get_run(run_id)["config"]], "dpviz_feature_map",
                        "exp-map", private=True)
     layout.reading("use the step slider (or ▶) to watch the classes separate or smear as training goes on.")
+
+
+render_map()

@@ -21,7 +21,7 @@ if cfg is not None:
     runs.render_launch(cfg)
 
 st.subheader("2 · Watch")
-runs.render_live()
+runs.render_live()  # reruns the page when a run is stored or ends: the table below follows the store
 layout.reading("loss should fall and test accuracy rise while ε spent climbs to (never past) the budget; "
                "at small ε, LP and LP-FFT usually beat FFT on the default task.")
 

@@ -271,3 +271,96 @@ def test_theory_page_redraws_on_the_epsilon_slider(app_env):
     assert not at.exception and not at.error and noise and after and noise != after
     assert float(after[0].split()[3]) < float(noise[0].split()[3])  # more budget, less noise
     assert len(at.get("plotly_chart")) == 5
+
+
+def test_a_field_its_choice_disables_never_blocks_the_launch(app_env):
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_dataset").set_value("cifar10").run()
+    at.text_input(key="f_data_dir").input("/some/where").run()
+    at.selectbox(key="f_dataset").set_value("digits").run()  # the folder field greys out, keeping its text
+    assert not at.error, [e.value for e in at.error]
+    assert [b for b in at.button if b.key == "launch"]
+
+
+def test_an_invalid_number_blocks_the_launch_instead_of_falling_back(app_env):
+    at = open_page("pages/runs.py")
+    at.number_input(key="f_batch").set_value(0).run()
+    assert at.error and "batch_size" in at.error[0].value
+    assert not [b for b in at.button if b.key == "launch"] and not at.info  # no preview of B = 256 either
+
+
+def test_the_form_lives_in_the_url_and_survives_a_reload(app_env):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["epsilon"] = "2.0"
+    at.query_params["strategy"] = "fft"
+    at.run()
+    assert at.select_slider(key="f_epsilon").value == 2.0 and at.selectbox(key="f_strategy").value == "fft"
+    assert "ε = 2" in at.info[0].value
+    at.number_input(key="f_batch").set_value(128).run()
+    assert at.query_params["batch"] == "128" and at.query_params["epsilon"] == "2.0"
+    at.select_slider(key="f_epsilon").set_value(1.0).run()  # back to the default: out of the URL
+    assert "epsilon" not in at.query_params
+
+
+def test_the_stored_runs_table_shows_a_run_as_soon_as_it_finishes(app_env):
+    at = open_page("pages/runs.py")
+    at.number_input(key="f_epochs").set_value(1).run()
+    at.button(key="launch").click().run()  # submitted by the button's callback, before this run drew the page
+    assert any("1 active" in c.value for c in at.sidebar.caption), [c.value for c in at.sidebar.caption]
+    from dashboard import state
+    job = next(iter(state.job_manager().jobs.values()))
+    job.wait(120)
+    at.run()  # what the live fragment's rerun does once the run has ended
+    table = at.dataframe[0].value
+    assert list(table["run_id"]) == [job.run_id] and "The store is empty." not in [c.value for c in at.caption]
+    assert any("0 active" in c.value for c in at.sidebar.caption)
+
+
+def test_job_states_say_queued_and_searching_k_of_n(cache_dir, monkeypatch):
+    """A job behind the workers is "queued (k of m …)"; a proxy search reports its trial k of n."""
+    from dpviz import autotune
+    from dpviz.config import RunConfig
+    from dpviz.jobs import JobManager
+
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    monkeypatch.setattr(autotune, "TRIALS_PER_FIELD", 0)  # a tiny search: 2 trials
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    seen = []
+    cfg = RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0, eval_every=50)  # off the shipped grid
+    try:
+        first = jm.submit(cfg)
+        second = jm.submit(cfg.replace(strategy="lp", lr_lp=0.5))
+        assert jm.state(second)["text"].startswith("queued (1 of 1 waiting")
+        while not first.done:
+            seen.append(jm.state(first)["text"])
+            time.sleep(0.02)
+        first.wait()
+        second.wait(120)
+    finally:
+        jm.shutdown()
+    assert "searching learning rates on public data (1 of 2)" in seen, set(seen)
+    assert "searching learning rates on public data (2 of 2)" in seen, set(seen)
+    assert any(t.startswith("training (step") for t in seen) and jm.state(first)["text"] == "finished"
+    assert first.summary["auto"]["source"] == "search" and first.summary["auto"]["trials"] == 2
+
+
+def test_a_cancelled_search_stops_between_trials(cache_dir, monkeypatch):
+    from dpviz import autotune
+    from dpviz.config import RunConfig
+    from dpviz.jobs import JobManager
+
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    monkeypatch.setattr(autotune, "TRIALS_PER_FIELD", 0)
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    try:
+        job = jm.submit(RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0, eval_every=50))
+        queued = jm.submit(RunConfig(strategy="lp", epochs=1, batch_size=512, lr_lp=0.5))
+        queued.cancel()  # never starts
+        while jm.state(job)["phase"] != "searching":
+            time.sleep(0.01)
+        job.cancel()
+        job.future.exception(120)
+    finally:
+        jm.shutdown()
+    assert job.status == queued.status == "cancelled" and job.run_id is None
+    assert {r["config"]["dataset"] for r in Store(cache_dir).list_runs()} <= {"glyphs"}  # no private run began
