@@ -24,7 +24,7 @@ WIDGETS = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/accountants.py": ["batch sizes", "accountant", "run"],
          "pages/continual.py": ["Launch continual and pure DP-FFT at this budget"],
          "pages/audit.py": ["canaries M", "threat", "confidence", "Audit in the background", "strategies",
-                            "Run / resume"],
+                            "Run"],
          "pages/theory.py": ["ε (whole run)", "LP share p", "width m", "Train with DP-SGD"]}
 """Widgets each page must show; every page of `dashboard.layout.PAGES` is opened whether listed or not."""
 
