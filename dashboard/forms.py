@@ -130,13 +130,15 @@ def _model_widgets() -> dict:
 
 
 LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
+LR_PHASES = {"lr_lp": ("LP", "linear-probing"), "lr_ft": ("FT", "fine-tuning")}  # toggles sit in narrow columns
 
 
 def _lr_widget(box, field: str):
     """A learning rate: "auto" (chosen on public data, the default) or a number the user types."""
-    auto = box.toggle(f"{LR_LABELS.get(field, field)} auto", value=_default(f"f_{field}_auto", True),
-                      key=f"f_{field}_auto",
-                      help="auto: chosen for this ε, B, epochs and strategy on public data only (no privacy spent)")
+    short, phase = LR_PHASES.get(field, (field, field))
+    auto = box.toggle(f"{short} auto", value=_default(f"f_{field}_auto", True), key=f"f_{field}_auto",
+                      help=f"Learning rate of the {phase} phase. On (auto): chosen for this ε, B, epochs and "
+                           "strategy on public data only (no privacy spent); off: the number typed below.")
     value = box.number_input(LR_LABELS.get(field, field), None, None, _default(f"f_{field}", autotune.DEFAULTS[field]),
                              format="%.4g", key=f"f_{field}", disabled=auto, label_visibility="collapsed")
     return AUTO if auto else value
@@ -179,7 +181,9 @@ def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
         cfg = RunConfig(**fields)
         prev = _preview(cfg.to_json())
     except DpvizError as e:
-        st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+        from .layout import input_error  # the one error box: names the field once
+
+        input_error(e)
         return None, None
     render_preview(cfg, prev)
     render_resolution(cfg, cache_dir)

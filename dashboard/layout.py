@@ -69,8 +69,11 @@ def _render_job_count(jm, live: bool) -> None:
 
 
 def input_error(e: Exception) -> None:
-    """An error box naming the field that bad input was for."""
-    st.error(f"**{getattr(e, 'field', 'input')}** — {e}", icon=":material/error:")
+    """An error box naming the field that bad input was for, once (a `ConfigError` already starts with it)."""
+    field, msg = getattr(e, "field", None) or "input", str(e)
+    if msg.startswith(f"{field}:"):
+        msg = msg[len(field) + 1:].strip()
+    st.error(f"**{field}** — {msg}", icon=":material/error:")
 
 
 def reading(text: str) -> None:

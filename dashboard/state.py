@@ -87,7 +87,9 @@ def start_task(name: str, work) -> None:
         try:
             t["result"] = work(progress, t["cancel"])
         except Exception as e:  # noqa: BLE001 - shown on the page
-            t["error"] = f"{type(e).__name__}: {e}"
+            from dpviz.errors import DpvizError  # a user's error is its own sentence, not a class name
+
+            t["error"] = str(e) if isinstance(e, DpvizError) else f"{type(e).__name__}: {e}"
 
     t["thread"] = threading.Thread(target=main, name=f"dpviz-{name}", daemon=True)
     t["thread"].start()

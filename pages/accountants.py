@@ -13,9 +13,8 @@ layout.page_setup("Accountants", r"""
 The noise multiplier σ that each accountant (RDP, GDP, PRV) needs for the same (ε, δ) over the same epochs, as
 the batch size B grows (q = B/n, T = epochs·n/B). The decelerator of DP-SGD's per-step improvement scales with
 σ²/B (see Curvature), so what matters for training is how σ²/B moves with B, and the formula can predict the
-best B for a run from its measured curvature.
+best B for a run from its measured curvature. The σ curves use no data at all: they are accounting arithmetic.
 """)
-analyses.privacy_banner()  # the batch-size prediction reads curvature measured on private data
 store = state.store()
 
 st.subheader("σ by batch size, per accountant")
@@ -48,6 +47,7 @@ labels = analyses.analysed_runs()
 if not labels:
     st.info("No run has checkpoints yet: launch one on the Curvature page.")
     st.stop()
+analyses.privacy_banner()  # only this part reads data: curvature measured on private data; σ above is pure math
 pred_run = st.selectbox("run", list(labels), format_func=labels.get, key="cu_pred_run")
 acc = st.radio("accountant", ACCOUNTANTS, horizontal=True, key="cu_pred_acc")
 steps = store.feature_steps(pred_run)

@@ -82,7 +82,7 @@ eps = c[1].multiselect("ε", list(sweep.EPSILONS), default=list(sweep.EPSILONS),
 threats = c[2].multiselect("threats", audit.THREATS, default=list(audit.THREATS), key="au_sw_threats")
 many = state.task("audit-sweep")
 busy = state.running(many)
-if c[3].button("Cancel" if busy else "Run / resume", type="secondary" if busy else "primary", key="au_sw_go"):
+if c[3].button("Cancel" if busy else "Run", type="secondary" if busy else "primary", key="au_sw_go"):
     if busy:
         many["cancel"].set()
     else:

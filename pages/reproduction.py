@@ -16,8 +16,14 @@ analyses.privacy_banner()  # kNN, separability and curvature rows read private d
 
 st.subheader("1 · Run the scorecard")
 c = st.columns([4, 1, 1])
-claims = c[0].multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims")
-seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds"))
+claims = c[0].multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims",
+                          format_func=lambda i: f"{i} · {reproduce.PAPERS[reproduce.REGISTRY[i].seed][0]}: "
+                                                f"{reproduce.REGISTRY[i].sentence}")
+seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds",
+                              help="2 or more for a verdict: from one seed there is no spread to judge by"))
+if seeds < 2:
+    st.warning(f"**One seed.** Means are shown without a spread. {reproduce.ONE_SEED}", icon=":material/warning:")
+
 sc = state.task("scorecard")
 running = state.running(sc)
 if c[2].button("Cancel" if running else "Run / resume", type="secondary" if running else "primary", key="re_go"):
@@ -33,11 +39,17 @@ st.subheader("2 · Claims")
 running = state.running(sc)
 rows = [] if running else reproduce.stored_rows(claims, seeds=tuple(range(seeds)), cache_dir=state.store().root)
 if not rows:
-    st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores).")
+    st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores). "
+            "The claims it tests:")
+    st.dataframe(pd.DataFrame([{"claim": c.id, "paper": " — ".join(reproduce.PAPERS[c.seed]), "statement": c.sentence,
+                                "experiment": c.preset} for c in reproduce.CLAIMS if c.id in claims]),
+                 hide_index=True, key="re_claims_table")
     st.stop()
 table = pd.DataFrame([{"claim": r["id"], "paper": " — ".join(reproduce.PAPERS[r["seed"]]), "statement": r["claim"],
                        "experiment": r["preset"], "verdict": r["verdict"], "reading": r["reading"],
                        "seeds": r["seeds"]} for r in rows])
+if any(r["seeds"] < 2 for r in rows):
+    st.warning(f"**Verdicts from one seed.** {reproduce.ONE_SEED}", icon=":material/warning:")
 st.dataframe(table, hide_index=True, key="re_table")
 st.download_button("Scorecard as CSV", table.to_csv(index=False), "dpviz_scorecard.csv", key="re_csv")
 for r in rows:

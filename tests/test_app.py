@@ -24,7 +24,7 @@ WIDGETS = {"pages/runs.py": ["ε (privacy budget, log scale)", "Launch run"],
          "pages/accountants.py": ["batch sizes", "accountant", "run"],
          "pages/continual.py": ["Launch continual and pure DP-FFT at this budget"],
          "pages/audit.py": ["canaries M", "threat", "confidence", "Audit in the background", "strategies",
-                            "Run / resume"],
+                            "Run"],
          "pages/theory.py": ["ε (whole run)", "LP share p", "width m", "Train with DP-SGD"]}
 """Widgets each page must show; every page of `dashboard.layout.PAGES` is opened whether listed or not."""
 
@@ -110,6 +110,7 @@ def test_bad_form_input_shows_error_and_launches_nothing(key, value, field, app_
     if field == "tune_blocks":  # the built-in CNN has 3 blocks
         at.number_input(key="f_tune_blocks").set_value(9).run()
     assert at.error and field in at.error[0].value
+    assert f"**{field}** — {field}:" not in at.error[0].value  # the field is named once
     assert not [b for b in at.button if b.key == "launch"]
     assert Store(app_env).list_runs() == []
 
@@ -147,8 +148,30 @@ def test_tuning_page_warns_on_private_data_and_rejects_bad_ranges(app_env):
     assert not [b for b in at.button if b.key == "tu_launch"]
 
 
+def test_accountants_page_without_runs_carries_no_private_data_banner(app_env):
+    from dpviz.analyses import PRIVACY_NOTE
+
+    at = open_page("pages/accountants.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert PRIVACY_NOTE not in [w.value for w in at.warning]
+
+
+def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed(app_env):
+    from dpviz import reproduce
+
+    at = open_page("pages/reproduction.py")
+    assert not at.exception, [e.value for e in at.exception]
+    shown = at.dataframe[0].value
+    assert list(shown["claim"]) == list(reproduce.REGISTRY)
+    assert all(shown["statement"]) and all(shown["paper"])
+    assert not any("One seed" in w.value for w in at.warning)
+    at.number_input(key="re_seeds").set_value(1).run()
+    assert any("One seed" in w.value for w in at.warning)
+
+
 def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     import dpviz
+    from dpviz.analyses import PRIVACY_NOTE
     from dpviz.analyses.service import analyze
 
     s = dpviz.run(fast_cfg(strategy="fft", epsilon=2.0, checkpoint_every=5), cache_dir=app_env)
@@ -160,6 +183,8 @@ def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     assert len(at.get("plotly_chart")) >= 3  # trace, terms, blocks
     at = open_page("pages/accountants.py")
     assert not at.exception, [e.value for e in at.exception]
+    warnings = [w.value for w in at.warning]  # the banner sits over the prediction only, never over σ's math
+    assert warnings.count(PRIVACY_NOTE) == 1
     text = " ".join(m.value for m in at.markdown)
     assert "predicts B =" in text and "GDP needs the least σ" in text
     assert len(at.get("plotly_chart")) >= 2  # accountants, prediction

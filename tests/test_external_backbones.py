@@ -135,6 +135,20 @@ def test_unreadable_file(tmp_path, resnet18_file, kind):
     assert "\n" not in msg and path.name in msg
 
 
+@pytest.mark.parametrize("name", ["resnet18", "vit_tiny"])
+def test_a_file_that_is_not_weights_is_one_plain_line(name, tmp_path):
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(ConfigError) as e:
+        build_backbone(name, channels=3, size=32, weights=str(text))
+    assert str(e.value) == f"weights: {text} is not a {name} weights file (torch cannot read it as saved tensors)"
+
+
+def test_weights_of_another_architecture_are_named_as_such(tmp_path, resnet18_file):
+    with pytest.raises(ConfigError, match=r"is not a vit_tiny weights file \(none of its \d+ tensors"):
+        build_backbone("vit_tiny", channels=3, size=32, weights=str(resnet18_file[0]))
+
+
 def test_mismatched_keys_are_named(tmp_path, resnet18_file):
     state = dict(resnet18_file[1])
     del state["layer1.0.conv1.weight"]

@@ -17,6 +17,11 @@ def test_pair_verdict_needs_a_gap_beyond_one_pooled_std():
     assert verdict == r.DOES_NOT and reading.startswith("A 0.405 ± 0.007 is lower than B 0.605")
 
 
+def test_one_seed_shows_a_mean_without_a_spread():
+    verdict, reading = r.judge_pair({"groups": {"A": [0.653], "B": [0.60]}})
+    assert reading == "A 0.653 is higher than B 0.600." and "±" not in reading
+
+
 def test_dip_verdict_wants_fft_to_dip_and_lp_fft_not():
     assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.0, 0.01]}})[0] == r.AGREES
     assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.05, 0.04]}})[0] == r.PARTLY

@@ -53,24 +53,27 @@ def _to_rgb(x: torch.Tensor) -> torch.Tensor:
     return x.repeat(1, 3, 1, 1) if x.shape[1] == 1 else x
 
 
-def read_state_dict(path) -> dict[str, torch.Tensor]:
+def read_state_dict(path, name: str | None = None) -> dict[str, torch.Tensor]:
     """Read a backbone state_dict from a local file, without its head keys.
+
+    ``name``: the architecture the file is for, named in the one-line error when the file is not one.
 
     Raises:
         ConfigError: the file is missing, unreadable, or holds no state_dict.
     """
     if path is None or not os.path.isfile(path):
         raise ConfigError("weights", "an existing local weights file (nothing is downloaded)", path)
+    what = f"a {name} weights file" if name else "a weights file"
     try:
         with warnings.catch_warnings():  # torch warns on some garbage before failing: the error is the one line
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # corrupt, truncated, or refused by weights_only
-        raise ConfigError("weights", f"a readable torch weights file ({load_failure(e)})", str(path)) from None
+    except Exception:  # corrupt, truncated, refused by weights_only, or no torch file at all (/etc/passwd)
+        raise ConfigError("weights", f"{path} is not {what} (torch cannot read it as saved tensors)") from None
     if isinstance(obj, dict):
         obj = obj.get("state_dict", obj.get("model", obj))
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ConfigError("weights", "a file holding a state_dict of tensors", str(path))
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ConfigError("weights", f"{path} is not {what} (it holds no state_dict of tensors)")
     if obj and all(k.startswith("module.") for k in obj):  # saved from DataParallel
         obj = {k[len("module."):]: v for k, v in obj.items()}
     return {k: v for k, v in obj.items() if not k.startswith(HEAD_PREFIXES)}
@@ -79,6 +82,9 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
 def _load(model: nn.Module, state: dict, name: str, path) -> None:
     """Load ``state`` into ``model`` (head excluded), naming a few mismatched keys."""
     own = {k for k in model.state_dict() if not k.startswith(HEAD_PREFIXES)}
+    if not own & state.keys():  # tensors, but not one of this architecture's: say so, not 200 key names
+        raise ConfigError("weights", f"{path} is not a {name} weights file (none of its {len(state)} tensors "
+                                     f"is a {name} layer)")
     problems = []
     for label, keys in (("missing", own - state.keys()), ("unexpected", state.keys() - own)):
         if keys:
@@ -169,7 +175,7 @@ class ResNetBackbone(nn.Module):
 def build_resnet(name: str, *, channels: int, size: int, weights=None) -> ResNetBackbone:
     """Builder for "resnet18"/"resnet50"; ResNets take any input size."""
     _check_args(name, channels, weights)
-    state = read_state_dict(weights)
+    state = read_state_dict(weights, name)
     net = getattr(torchvision.models, name)(weights=None)
     _load(net, state, name, weights)
     net = ModuleValidator.fix(net)  # BatchNorm -> GroupNorm (fresh affine params)
@@ -218,7 +224,7 @@ def vit_img_size(state: dict, patch: int = 16) -> int:
 def build_timm_vit(name: str, *, channels: int, size: int, weights=None) -> TimmViTBackbone:
     """Builder for the `TIMM_ARCHS` names; inputs are resized to the weights' resolution."""
     _check_args(name, channels, weights)
-    state = read_state_dict(weights)
+    state = read_state_dict(weights, name)
     vit = timm.create_model(TIMM_ARCHS[name], pretrained=False, num_classes=0, img_size=vit_img_size(state))
     _load(vit, state, name, weights)
     model = TimmViTBackbone(vit)

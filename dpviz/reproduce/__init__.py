@@ -13,12 +13,12 @@ from the cache, so a stopped scorecard resumes) and returns one row per claim.
 from __future__ import annotations
 
 from .claims import CLAIMS, FRACTIONS, PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
-from .scorecard import plan, row, run, stored_rows
+from .scorecard import ONE_SEED, plan, row, run, stored_rows
 from .verdicts import (AGREES, DOES_NOT, PARTLY, VERDICTS, best_p, compare, fit_r2, fmt, judge_decelerator,
                        judge_dip, judge_interior, judge_law, judge_law_breaks, judge_pair, judge_public_first,
                        judge_shift, mean_std)
 
-__all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "PAPERS", "PARTLY", "PRIVATE_NOTE", "REGISTRY",
+__all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "ONE_SEED", "PAPERS", "PARTLY", "PRIVATE_NOTE", "REGISTRY",
            "SEED_FILES", "VERDICTS", "best_p", "compare", "fit_r2", "fmt", "judge_decelerator", "judge_dip",
            "judge_interior", "judge_law", "judge_law_breaks", "judge_pair", "judge_public_first", "judge_shift",
            "mean_std", "plan", "row", "run", "stored_rows"]

@@ -17,10 +17,17 @@ def plan(claims, seeds) -> dict[str, dict[str, list[RunConfig]]]:
     return {c.id: c.configs(tuple(seeds)) for c in claims}
 
 
+ONE_SEED = ("From one seed there is no spread to judge a difference by: this verdict is not a reading "
+            "(run 2 seeds or more, 3 for a mean ± std).")
+
+
 def row(claim: Claim, store, groups: dict[str, list[dict]]) -> dict:
     """The scorecard row of ``claim`` from its runs' summaries (JSON-ready)."""
     m = claim.measure(store, groups)
     verdict, reading = claim.judge(m)
+    n_seeds = len(next(iter(groups.values()), []))
+    if n_seeds < 2:  # no spread to compare a difference with: any difference decides the verdict
+        reading += f" {ONE_SEED}"
     stats = {g: dict(zip(("mean", "std"), mean_std(v))) for g, v in m.get("groups", {}).items()}
     if "curves" in m:
         stats = {f"ε={e} p={p:g}": dict(zip(("mean", "std"), mean_std(v))) for e, c in m["curves"].items()
@@ -33,7 +40,7 @@ def row(claim: Claim, store, groups: dict[str, list[dict]]) -> dict:
     return {"id": claim.id, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed], "paper": PAPERS[claim.seed][0],
             "claim": claim.sentence, "preset": claim.preset, "verdict": verdict,
             "reading": reading, "measured": stats, "private_statistics": claim.private,
-            **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": len(next(iter(groups.values()), [])),
+            **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": n_seeds,
             "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}}
 
 

@@ -15,8 +15,10 @@ def mean_std(values) -> tuple[float, float]:
 
 
 def fmt(values) -> str:
+    """Mean ± std over seeds; from one seed, the mean alone (a spread of one value is no spread)."""
     m, s = mean_std(values)
-    return f"{m:.3f} ± {s:.3f}"
+    n = sum(x is not None for x in values)
+    return f"{m:.3f} ± {s:.3f}" if n > 1 else f"{m:.3f}"
 
 
 def compare(a, b) -> str:

@@ -1,0 +1,165 @@
+"""Every page in a real browser, over a store of a few real small runs: a full-page screenshot of each
+(in ``tests/screenshots/``, or ``$DPVIZ_SCREENSHOTS``) and three checks on what it draws — no exception
+box, no plotly title clipped by its figure, no figure of several traces without a legend.
+
+One browser session visits every page of `dashboard.layout.PAGES` through the sidebar; the checks read
+the drawn page (plotly's SVG and ``_fullData``), so they see what a user sees. Each assertion lists every
+failing page and figure; ``summary.json`` beside the screenshots holds what each page showed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from browser_util import ROOT, browser, need_chromium, server
+
+pytestmark = pytest.mark.slow
+
+WIDTH, HEIGHT = 1400, 1000
+
+# What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
+FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
+    const svg = p.querySelector('svg.main-svg');
+    const sr = svg ? svg.getBoundingClientRect() : {left: 0, width: 0};
+    const titles = [...p.querySelectorAll('.gtitle')].map(t => {
+        const r = t.getBoundingClientRect();
+        let len = 0;
+        try { len = t.getComputedTextLength(); } catch (e) {}
+        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, width: r.width, text_len: len};
+    });
+    const data = (p._fullData || []).filter(t => t.visible === true);
+    const names = data.map(t => t.name || '');
+    const ann = ((p._fullLayout && p._fullLayout.annotations) || []).map(a => a.text || '').join(' | ');
+    const layoutTitle = p.layout && p.layout.title ? (p.layout.title.text || p.layout.title) : '';
+    return {index: i, svg_width: sr.width, title: typeof layoutTitle === 'string' ? layoutTitle : '',
+            titles: titles, traces: data.length, names: names, legend: !!p.querySelector('.legend'),
+            annotations: ann};
+})"""
+
+# Streamlit's state: still running (status widget, spinners, skeletons), how many charts and alerts are drawn.
+STATE_JS = """() => [!!document.querySelector('[data-testid="stStatusWidget"], [data-testid="stSpinner"]'),
+    document.querySelectorAll('[data-testid="stSkeleton"]').length,
+    document.querySelectorAll('.js-plotly-plot').length,
+    document.querySelectorAll('[data-testid="stAlert"], [data-testid="stException"]').length,
+    document.body.innerText.length]"""
+
+# Streamlit scrolls its main block, not the window: the tallest scroller is the page's full height.
+HEIGHT_JS = """() => Math.max(document.body.scrollHeight, ...[...document.querySelectorAll(
+    '[data-testid="stMain"], [data-testid="stAppViewContainer"], section.main, .main')].map(e => e.scrollHeight))"""
+
+
+def screenshot_dir() -> Path:
+    d = Path(os.environ.get("DPVIZ_SCREENSHOTS") or ROOT / "tests" / "screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def settle(page, timeout: float = 45.0) -> None:
+    """Wait until the script has stopped running and the drawn page has not changed for ~1.2 s."""
+    deadline, last, calm = time.time() + timeout, None, 0
+    while time.time() < deadline and calm < 3:
+        now = page.evaluate(STATE_JS)
+        calm = calm + 1 if now == last and not now[0] and not now[1] else 0
+        last = now
+        time.sleep(0.4)
+    time.sleep(0.5)  # plotly's last relayout
+
+
+def full_page_screenshot(page, path: Path) -> None:
+    height = min(int(page.evaluate(HEIGHT_JS)) + 80, 16000)
+    page.set_viewport_size({"width": WIDTH, "height": max(height, HEIGHT)})
+    time.sleep(0.6)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+
+
+def clipped_titles(fig: dict) -> list[str]:
+    """A title whose drawn text starts left of its figure's SVG or ends right of it is cut off there."""
+    if not fig["svg_width"]:  # not displayed (a closed expander or another tab): nothing to measure
+        return []
+    return [f"title {t['text']!r} spans {t['left']:.0f}…{t['right']:.0f} px of a {fig['svg_width']:.0f} px figure"
+            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1
+            or t["width"] + 1 < t["text_len"]]
+
+
+def missing_legend(fig: dict) -> str | None:
+    """Several traces, no legend, and annotations that do not name them: the traces cannot be told apart."""
+    if fig["traces"] < 2 or fig["legend"] or not fig["svg_width"]:
+        return None
+    names = [n for n in fig["names"] if n]
+    if names and all(n in fig["annotations"] for n in names):
+        return None
+    return f"{fig['traces']} traces ({', '.join(repr(n) for n in fig['names'][:6])}) and no legend"
+
+
+def slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+@pytest.fixture(scope="module")
+def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
+    """Make a store of a few small real runs, then visit every page once and record what it drew."""
+    import dpviz
+    from dashboard.layout import PAGES
+    from dpviz.analyses.service import analyze
+    from dpviz.config import RunConfig
+    from dpviz.store import Store
+
+    need_chromium()
+    cache_dir = tmp_path_factory.mktemp("pages") / "cache"
+    cache_dir.mkdir()
+    os.symlink(backbone_cache, cache_dir / "backbones")
+    for strategy in ("lp", "fft", "lp-fft"):  # start and end checkpoints; the curvature analysis is left
+        s = dpviz.run(RunConfig(strategy=strategy, epochs=2, batch_size=256, eval_every=5),  # to the page (70 s)
+                      cache_dir=cache_dir)
+        for step in Store(cache_dir).feature_steps(s["run_id"]):
+            for name in ("knn", "separability"):
+                analyze(Store(cache_dir), s["run_id"], name, step=step)
+    shots, seen = screenshot_dir(), {}
+    with browser() as b, server(cache_dir, shots / "server.log") as url:
+        page = b.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        page.goto(url, timeout=60000)
+        page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=90000)
+        for n, (_, title, _) in enumerate(PAGES):
+            page.get_by_role("link", name=title).first.click()
+            page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60000)
+            settle(page)
+            path = shots / f"{n:02d}-{slug(title)}.png"
+            full_page_screenshot(page, path)
+            seen[title] = {
+                "screenshot": str(path),
+                "exceptions": page.locator('[data-testid="stException"]').all_inner_texts(),
+                "alerts": [" ".join(t.split())[:240] for t in page.locator('[data-testid="stAlert"]').all_inner_texts()],
+                "figures": page.evaluate(FIGURES_JS),
+            }
+    (shots / "summary.json").write_text(json.dumps(seen, indent=1, ensure_ascii=False))
+    return seen
+
+
+def report(rows: list[str]) -> str:
+    return f"{len(rows)} problem(s):\n" + "\n".join(rows)
+
+
+def test_no_page_shows_an_exception(visits):
+    rows = [f"{title}: {' '.join(e.split())[:300]}" for title, v in visits.items() for e in v["exceptions"]]
+    assert not rows, report(rows)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 28: figure titles are being shortened (dpviz/figures)")
+def test_no_figure_title_is_clipped(visits):
+    rows = [f"{title}, figure {f['index']} {f['title']!r}: {c}" for title, v in visits.items()
+            for f in v["figures"] for c in clipped_titles(f)]
+    assert not rows, report(rows)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 28: figures of several traces are getting legends (dpviz/figures)")
+def test_every_figure_of_several_traces_has_a_legend(visits):
+    rows = [f"{title}, figure {f['index']} {f['title']!r}: {m}" for title, v in visits.items()
+            for f in v["figures"] if (m := missing_legend(f))]
+    assert not rows, report(rows)
