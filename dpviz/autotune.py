@@ -124,7 +124,7 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
             study.enqueue_trial(point)
     study.set_user_attr("auto", True)
     if run:
-        sweeps.work(study, run=execute.run, cache_dir=cache_dir)  # trials are concrete configs
+        sweeps.work(study, run=execute.run, cache_dir=cache_dir, kind="search")  # trials are concrete configs
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
 

@@ -32,17 +32,21 @@ def lookup(cfg: RunConfig, store: Store) -> tuple[RunConfig, dict, dict | None]:
     return cfg, auto, None if cfg.auto else store.find_finished(cfg.hash())
 
 
-def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dict | None:
+def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, kind: str = "user") -> dict | None:
     """The summary ``run(cfg)`` would answer from the store, or None when it would train — without
-    importing torch (the command line answers a cached run in well under a second)."""
-    _, auto, hit = lookup(cfg, store or Store(cache_dir))
+    importing torch (the command line answers a cached run in well under a second). As ``run``, it
+    answers ``kind``'s request: a stored search run that answers it becomes ``kind``'s (`Store.claim`)."""
+    store = store or Store(cache_dir)
+    _, auto, hit = lookup(cfg, store)
+    if hit:
+        store.claim(hit["run_id"], kind)
     return {**hit["summary"], **auto, "cached": True} if hit else None
 
 
 def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bool = False,
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
-        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user") -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -56,6 +60,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         on_start: called with the new run's id once it is stored.
         on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
         ahead: σ and the ε curve being computed in parallel (`dpviz.ahead.start`), if any.
+        kind: who launched it, as stored (`dpviz.store.KINDS`): "user" (a person) or "trial" (a study's
+            trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.execute.run`).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -69,7 +75,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     store = store or Store(cache_dir)
     cfg, auto = resolved(cfg, store, validate=calibration.preview)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
-                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead)
+                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:
@@ -79,7 +85,7 @@ def summary_of(run: dict, store: Store | None = None) -> dict:
     base = run["summary"] or {"run_id": run["run_id"], "config": run["config"],
                               "config_hash": run["config_hash"], "test_accuracy": None,
                               "epsilon_spent": None}
-    out = {**base, "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
+    out = {**base, "kind": run.get("kind", "user"), "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
            "error": run["error"]}
     if run["summary"] is None and store is not None:
         eps = [(k, v) for k, v in store.metrics(run["run_id"], "epsilon").get("epsilon", []) if v is not None]
