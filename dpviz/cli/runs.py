@@ -90,6 +90,8 @@ def cmd_run(args) -> int:
     if summary is None:
         return 130
     print(dump(summary) if args.json else text(summary))
+    if (summary.get("auto") or {}).get("warning"):  # in --json too, as summary["auto"]["warning"]
+        print(f"dpviz: warning: learning rates on auto: {summary['auto']['warning']}", file=sys.stderr)
     if not summary.get("cached"):
         _analyze_later(summary["run_id"], args.cache_dir)
     return 0
@@ -168,9 +170,7 @@ def text(s: dict) -> str:
 
 def cmd_list(args) -> int:
     from ..runner import summary_of
-    from ..store import Store
-
-    from ..store import SHOWN
+    from ..store import SHOWN, Store
 
     store = Store(args.cache_dir)
     # A row whose JSON is garbled is listed as "damaged" with what to do; the others as usual.
