@@ -39,9 +39,10 @@ def privacy_banner() -> None:
 
 
 def analysed_runs() -> dict[str, str]:
-    """Runs with feature checkpoints, newest first, as {run_id: label}."""
+    """Runs with feature checkpoints, newest first, as {run_id: label}; never an "auto" search's trial
+    (`results.shown_runs`), so no page's default selection is one."""
     store = state.store()
-    return {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in reversed(store.list_runs())
+    return {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in reversed(results.shown_runs(store))
             if store.feature_steps(r["run_id"])}
 
 

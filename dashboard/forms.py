@@ -224,3 +224,5 @@ def render_resolution(cfg: RunConfig, cache_dir=None) -> None:
     vals = ", ".join(f"{LR_LABELS.get(f, f)} = {v:.4g}" for f, v in res["resolved"].items()
                      if f in strategies.get(cfg.strategy).lr_fields)
     st.caption(f"Learning rates on auto: {vals or 'none used'} — {res['note']}; no privacy spent on tuning.")
+    if res.get("warning"):
+        st.warning(f"Learning rates on auto: {res['warning']}.", icon=":material/warning:")

@@ -87,11 +87,15 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
 
 
 def render_run_table() -> list[str]:
-    """All stored runs (finished, failed, cancelled, interrupted, running); returns the selected ids."""
+    """Stored runs (finished, failed, cancelled, interrupted, running): the user's and their studies'
+    trials, and the "auto" searches' trials when the toggle asks; returns the selected ids."""
     store = state.store()
-    runs = store.list_runs()
+    search = st.toggle("show search runs", key="runs_show_search",
+                       help='the short runs on a public proxy that chose "auto" learning rates (kind "search")')
+    runs = results.shown_runs(store, search=search)
     if not runs:
-        st.caption("The store is empty.")
+        st.caption("The store is empty." if search or not store.list_runs() else
+                   "No run of yours yet (only search runs: turn on “show search runs”).")
         return []
     df = results.final_table(store, [r["run_id"] for r in runs]).iloc[::-1].reset_index(drop=True)
     ev = st.dataframe(df, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",

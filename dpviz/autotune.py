@@ -9,7 +9,9 @@ of these that applies:
 2. **search**: a small TPE search (`sweeps.create_search`) over the auto fields, every trial an
    ordinary DP run of the *same* configuration — ε, δ, B, epochs, strategy and its fields,
    clipping, C, optimizer, backbone — on a public dataset dpviz generates instead of the private
-   one. The study is named by its inputs, so a second resolution reopens it and trains nothing;
+   one. The study is named by its inputs, so a second resolution reopens it and trains nothing.
+   Where the best trial sits at an end of its range, 3 more trials cover the decade beyond that end;
+   a best still at the (new) end is said in the resolution's ``warning``;
 3. **default**: where dpviz has no public stand-in for the dataset, the fixed defaults, said so.
 
 No step reads a private record, so resolving costs no privacy — unlike tuning on the private data,
@@ -52,6 +54,8 @@ class Resolution:
         trials: finished proxy trials behind the choice.
         proxy_accuracy: the best trial's test accuracy on the proxy.
         note: one line for people: where the values came from.
+        warning: one line when a searched value is still at an end of its range after the range was
+            extended one decade beyond it (the best rate may lie further out), else "".
     """
 
     values: dict
@@ -61,11 +65,12 @@ class Resolution:
     trials: int = 0
     proxy_accuracy: float | None = None
     note: str = ""
+    warning: str = ""
 
     def as_dict(self) -> dict:
         return {"resolved": dict(self.values), "source": self.source, "proxy": self.proxy, "study": self.study,
                 "trials": self.trials, "proxy_accuracy": self.proxy_accuracy, "note": self.note,
-                "privacy_spent_on_tuning": 0.0}
+                "warning": self.warning, "privacy_spent_on_tuning": 0.0}
 
 
 def used_fields(cfg: RunConfig) -> tuple[str, ...]:
@@ -134,10 +139,77 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
         if progress is not None:
             finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
             progress(min(len(finished) + 1, trials), trials)
-        if not sweeps.work(study, run=execute.run, cache_dir=cache_dir, max_trials=1):
+        if not sweeps.work(study, run=execute.run, cache_dir=cache_dir, max_trials=1, kind="search"):
             break
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
+
+
+EXTEND_TRIALS = 3  # trials over the decade beyond an end of the range the best trial sits at
+EDGE = 0.1  # "at an end": within this share of the range (on the log scale) from it
+
+
+def at_edges(params: dict, ranges: dict) -> dict:
+    """{field: "low" | "high"} for the ``params`` within `EDGE` of an end of their ``ranges`` (log scale)."""
+    import math
+
+    out = {}
+    for f, (lo, hi) in ranges.items():
+        if f in params and hi > lo:
+            q = math.log(params[f] / lo) / math.log(hi / lo)
+            if q >= 1 - EDGE or q <= EDGE:
+                out[f] = "high" if q >= 1 - EDGE else "low"
+    return out
+
+
+def _beyond(ranges: dict, sides: dict) -> dict:
+    """The decade beyond each field's end in ``sides``."""
+    return {f: [ranges[f][1], ranges[f][1] * 10] if side == "high" else [ranges[f][0] / 10, ranges[f][0]]
+            for f, side in sides.items()}
+
+
+def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int = 0, run: bool = True):
+    """Where the best of ``done`` (a finished search's trials) sits at an end of its range: (study, its
+    finished trials, the sides) of a small search over the decade beyond that end, the other fields at
+    the best's values; None when no field is at an end. With ``run=False`` nothing trains."""
+    from . import execute, sweeps
+
+    best = best_trial(done)
+    sides = at_edges(best.params, _space(fields))
+    if not sides:
+        return None
+    space = _beyond(_space(fields), sides)
+    base = search_base(cfg).replace(**{f: best.params[f] for f in fields if f not in sides})
+    if not run:  # look, create nothing: the form's preview reads this on every change
+        import optuna
+
+        name = sweeps.study_name("tune", sweeps.proxy_base(base, proxy_for(cfg.dataset)),
+                                 {**sweeps.check_space(space), "target": cfg.dataset})
+        if name not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
+            return None, [], sides
+    study = sweeps.create_search(base, space, trials=EXTEND_TRIALS, seed=seed, proxy=proxy_for(cfg.dataset),
+                                 cache_dir=cache_dir)
+    if not study.get_trials(deepcopy=False):  # one decade out in even steps, all edge fields together
+        for i in range(1, EXTEND_TRIALS + 1):
+            study.enqueue_trial({f: lo * (hi / lo) ** (i / EXTEND_TRIALS if sides[f] == "high"
+                                                       else 1 - i / EXTEND_TRIALS)
+                                 for f, (lo, hi) in space.items()})
+    study.set_user_attr("auto", True)
+    if run:
+        sweeps.work(study, run=execute.run, cache_dir=cache_dir, kind="search")
+    ext_done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
+    return study, ext_done, sides
+
+
+def _edge_warning(values: dict, ranges: dict, sides: dict, extended: bool) -> str:
+    """One line naming the fields whose chosen value still sits at an end of the searched range."""
+    still = {f: side for f, side in at_edges(values, ranges).items() if sides.get(f) == side}
+    if not still:
+        return ""
+    ends = "; ".join(f"{f} = {values[f]:.4g} is at the {'top' if side == 'high' else 'bottom'} of the range "
+                     f"searched ({ranges[f][0]:.4g}–{ranges[f][1]:.4g})" for f, side in still.items())
+    how = "even after extending it one decade" if extended else "which was not extended (DPVIZ_AUTO_SEARCH=off)"
+    return f"{ends}, {how}: the best rate may lie beyond it; set it by hand or tune it on the Tuning page"
 
 
 def best_trial(done: list):
@@ -224,7 +296,25 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         found = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, progress=progress, cancel=cancel)
     study, done = found
     best = best_trial(done)
-    values = {**defaults, **{f: float(f"{best.params[f]:.4g}") for f in fields}}
-    return cfg.replace(**values), Resolution(values=values, source="search", proxy=proxy, study=study.study_name,
-                                             trials=len(done), proxy_accuracy=best.value,
-                                             note=f"searched on {proxy}: {len(done)} runs, no private data")
+    params, accuracy, ranges, beyond = dict(best.params), best.value, _space(fields), []
+    sides = at_edges(params, ranges)
+    ext = extension(cfg, fields, done, cache_dir=cache_dir, seed=seed, run=False) if sides else None
+    if ext is not None and len(ext[1]) < EXTEND_TRIALS and not switched_off("DPVIZ_AUTO_SEARCH"):
+        if not search_ok:
+            return cfg, Resolution(values={}, source="pending", proxy=proxy, study=study.study_name,
+                                   note=f"searched at launch: {EXTEND_TRIALS} more short DP runs on {proxy} beyond "
+                                        "the end of the range the best rate sits at, no private data")
+        ext = extension(cfg, fields, done, cache_dir=cache_dir, seed=seed)
+    if ext is not None and ext[0] is not None and len(ext[1]) >= EXTEND_TRIALS:  # extended beyond the end it reached
+        beyond = ext[1]
+        ranges = {f: ([min(lo, ext[0].user_attrs["space"][f][0]), max(hi, ext[0].user_attrs["space"][f][1])]
+                      if f in sides else [lo, hi]) for f, (lo, hi) in ranges.items()}
+        out = best_trial(beyond)
+        if out.value > accuracy:
+            params, accuracy = {**params, **out.params}, out.value
+    values = {**defaults, **{f: float(f"{params[f]:.4g}") for f in fields}}
+    more = f" + {len(beyond)} beyond the end of the range" if beyond else ""
+    return cfg.replace(**values), Resolution(
+        values=values, source="search", proxy=proxy, study=study.study_name, trials=len(done) + len(beyond),
+        proxy_accuracy=accuracy, note=f"searched on {proxy}: {len(done)} runs{more}, no private data",
+        warning=_edge_warning(params, ranges, sides, extended=bool(beyond)))

@@ -62,7 +62,9 @@ class RunConfig:
         epochs: passes over the private data; steps T = epochs · round(n / B).
         seed: seed of sampling, noise and head initialisation.
         eval_every: steps between test evaluations (phase ends are always evaluated).
-        checkpoint_every: steps between feature checkpoints (0: start and end only).
+        checkpoint_every: steps between feature checkpoints (besides step 0 and the end); 0 (the default):
+            automatic, 10 spread evenly over the run (steps round(i·T/10)), so 11 with step 0 for T ≥ 10;
+            -1: start and end only.
         eval_subset: size of the fixed evaluation subset whose features are stored.
         grad_sample_mode: per-sample gradient path; auto picks per architecture.
         clipping: abadi (g·min(1, C/‖g‖)) or auto-s (automatic clipping, g·C/(‖g‖ + 0.01)).

@@ -29,7 +29,7 @@ def _concrete(cfg: RunConfig) -> None:
 
 def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None, progress: Callable | None = None,
         cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
-        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None) -> dict:
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user") -> dict:
     """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
 
     Args:
@@ -38,6 +38,10 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         force: train even if an identical run is stored.
         extra: fields added to the stored summary (e.g. where "auto" rates came from).
         progress, cancel, on_start, on_checkpoint, ahead: as `dpviz.runner.run`.
+        kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
+            proxy search). The cache answers by config hash whatever the stored run's kind; a stored
+            search run that answers a user or a study becomes theirs (`Store.claim`). A search run keeps
+            start-and-end checkpoints only where ``checkpoint_every`` is automatic (0): nobody looks at them.
 
     Raises:
         ConfigError: bad input; nothing is stored then.
@@ -46,17 +50,18 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     _concrete(cfg)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
+        store.claim(hit["run_id"], kind)
         if on_start:
             on_start(hit["run_id"])
         return {**hit["summary"], **(extra or {}), "cached": True}
     prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
-    run_id = store.create_run(h, cfg.to_json(), prep.total_steps)
+    run_id = store.create_run(h, cfg.to_json(), prep.total_steps, kind=kind)
     store.update_run(run_id, started=time.time())
     if on_start:
         on_start(run_id)
     try:
         summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                on_checkpoint=on_checkpoint)
+                                on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search")
     except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise

@@ -27,7 +27,7 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's domain overflows near 709
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
-               "checkpoint_every": (0, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1)}
+               "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 
 # The longest schedule one run may have: every step is a DP step (≥ 2 ms even for the built-in CNN at

@@ -34,10 +34,14 @@ def lookup(cfg: RunConfig, store: Store) -> tuple[RunConfig, dict, dict | None]:
     return cfg, auto, None if cfg.auto else store.find_finished(cfg.hash())
 
 
-def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None) -> dict | None:
+def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, kind: str = "user") -> dict | None:
     """The summary ``run(cfg)`` would answer from the store, or None when it would train — without
-    importing torch (the command line answers a cached run in well under a second)."""
-    _, auto, hit = lookup(cfg, store or Store(cache_dir))
+    importing torch (the command line answers a cached run in well under a second). As ``run``, it
+    answers ``kind``'s request: a stored search run that answers it becomes ``kind``'s (`Store.claim`)."""
+    store = store or Store(cache_dir)
+    _, auto, hit = lookup(cfg, store)
+    if hit:
+        store.claim(hit["run_id"], kind)
     return {**hit["summary"], **auto, "cached": True} if hit else None
 
 
@@ -45,7 +49,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
-        search_progress: Callable[[int, int], None] | None = None) -> dict:
+        search_progress: Callable[[int, int], None] | None = None, kind: str = "user") -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -61,6 +65,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         ahead: σ and the ε curve being computed in parallel (`dpviz.ahead.start`), if any.
         search_progress: called as ``search_progress(k, n)`` before the k-th of n trials of a proxy
             search for "auto" rates trains (a search is cancelled between trials by ``cancel``).
+        kind: who launched it, as stored (`dpviz.store.KINDS`): "user" (a person) or "trial" (a study's
+            trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.execute.run`).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -74,7 +80,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     store = store or Store(cache_dir)
     cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
-                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead)
+                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:
@@ -84,7 +90,7 @@ def summary_of(run: dict, store: Store | None = None) -> dict:
     base = run["summary"] or {"run_id": run["run_id"], "config": run["config"],
                               "config_hash": run["config_hash"], "test_accuracy": None,
                               "epsilon_spent": None}
-    out = {**base, "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
+    out = {**base, "kind": run.get("kind", "user"), "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
            "error": run["error"]}
     if run["summary"] is None and store is not None:
         eps = [(k, v) for k, v in store.metrics(run["run_id"], "epsilon").get("epsilon", []) if v is not None]

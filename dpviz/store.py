@@ -45,7 +45,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, config_hash TEXT NOT NULL, config_json TEXT NOT NULL,
   status TEXT NOT NULL, created REAL, started REAL, finished REAL, owner TEXT,
-  step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT);
+  step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT,
+  kind TEXT NOT NULL DEFAULT 'user');
 CREATE INDEX IF NOT EXISTS runs_hash ON runs(config_hash, status);
 CREATE TABLE IF NOT EXISTS metrics (
   run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
@@ -61,6 +62,12 @@ CREATE TABLE IF NOT EXISTS audits (
 CREATE INDEX IF NOT EXISTS audits_config ON audits(config_hash);
 """
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
+KINDS = ("user", "trial", "search")
+"""Who made a stored run: ``user`` (a person launched it: ``python -m dpviz run``, a dashboard form or
+preset, ``dpviz.run``), ``trial`` (a trial of a user's sweep or tuning study: the user's, marked) or
+``search`` (a trial of the proxy search that resolves "auto" rates: nobody asked to see it)."""
+SHOWN = ("user", "trial")
+"""The kinds listed and offered by default (``python -m dpviz list``, every page's pickers)."""
 
 
 def process_token(pid: int | None = None) -> str:
@@ -143,13 +150,23 @@ class Store(RunFiles):
             c.execute("COMMIT")
 
     # --- runs -------------------------------------------------------------
-    def create_run(self, config_hash: str, config_json: str, total_steps: int | None = None) -> str:
+    def create_run(self, config_hash: str, config_json: str, total_steps: int | None = None, *,
+                   kind: str = "user") -> str:
+        """A new running run of ``kind`` (one of `KINDS`); returns its id."""
+        _check_kind(kind)
         run_id = f"{config_hash[:8]}-{secrets.token_hex(3)}"
-        self._tx("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps)"
-                 " VALUES (?,?,?,?,?,?,?)",
-                 (run_id, config_hash, config_json, "running", time.time(), process_token(), total_steps))
+        self._tx("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps, kind)"
+                 " VALUES (?,?,?,?,?,?,?,?)",
+                 (run_id, config_hash, config_json, "running", time.time(), process_token(), total_steps, kind))
         self.event(run_id, "created")
         return run_id
+
+    def claim(self, run_id: str, kind: str) -> None:
+        """Relabel a stored ``search`` run as ``kind`` (a user's or a study's request answered by it from the
+        cache): it is theirs from now on, listed and offered like the runs they launched. Other kinds stay."""
+        _check_kind(kind)
+        if kind != "search":
+            self._tx("UPDATE runs SET kind=? WHERE run_id=? AND kind='search'", (kind, run_id))
 
     def update_run(self, run_id: str, **fields) -> None:
         if "summary" in fields:
@@ -186,12 +203,21 @@ class Store(RunFiles):
                 continue
         return None
 
-    def list_runs(self, status: str | None = None, *, damaged: bool = False) -> list[dict]:
-        """Stored runs, oldest first. A row whose JSON is garbled is left out, or with ``damaged`` listed
-        as {"run_id", "status": "damaged", "error": what is wrong and what to do}."""
-        sql, args = "SELECT * FROM runs", ()
+    def list_runs(self, status: str | None = None, *, kind: str | tuple | list | None = None,
+                  damaged: bool = False) -> list[dict]:
+        """Stored runs, oldest first; only those of ``kind`` (one of `KINDS` or several, e.g. `SHOWN`) when
+        given. A row whose JSON is garbled is left out, or with ``damaged`` listed as {"run_id", "status":
+        "damaged", "kind", "error": what is wrong and what to do}."""
+        where, args = [], []
         if status:
-            sql, args = sql + " WHERE status=?", (status,)
+            where, args = ["status=?"], [status]
+        if kind is not None:
+            kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+            for k in kinds:
+                _check_kind(k)
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += kinds
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
         with self._conn() as c:
             rows = c.execute(sql + " ORDER BY created", args).fetchall()
         out = []
@@ -200,7 +226,7 @@ class Store(RunFiles):
                 out.append(decode_row(r, self.db))
             except StoreError as e:
                 if damaged:
-                    out.append({"run_id": r["run_id"], "status": "damaged", "error": str(e)})
+                    out.append({"run_id": r["run_id"], "status": "damaged", "kind": r["kind"], "error": str(e)})
         return out
 
     def delete_run(self, run_id: str) -> None:
@@ -288,8 +314,22 @@ class Store(RunFiles):
         return [d for r in rows if (d := json_or_none(r["result_json"])) is not None]
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ConfigError("kind", f"one of {', '.join(KINDS)}", kind)
+
+
 def _migrate(c: sqlite3.Connection) -> None:
-    """Add the columns later schemas introduced to a store created before them; old rows keep NULL."""
+    """Add the columns later schemas introduced to a store created before them: old analyses keep NULL;
+    old runs get kind "user", except the trials of "auto" searches, told by the evaluation schedule only
+    `dpviz.autotune.search_base` gives (eval_every = 10⁶ at seed 0: evaluated at the end only)."""
+    if "kind" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}:
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'user'")
+        c.execute("UPDATE runs SET kind='search' WHERE json_valid(config_json) "
+                  "AND json_extract(config_json, '$.eval_every') = 1000000 "
+                  "AND json_extract(config_json, '$.seed') = 0")
+        c.execute("COMMIT")
     have = {r[1] for r in c.execute("PRAGMA table_info(analyses)")}
     for col, typ in (("kind", "TEXT"), ("schema_version", "INTEGER")):
         if col not in have:

@@ -21,6 +21,25 @@ from .privacy import accounting, dpsgd
 from .strategies.base import PhasePlan, PhaseSetup
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
+AUTO_CHECKPOINTS = 10  # checkpoint_every = 0: about this many feature checkpoints after the one at step 0
+
+
+def checkpoint_steps(checkpoint_every: int, total_steps: int, auto: bool = True) -> int | frozenset:
+    """When a run stores feature checkpoints besides step 0 and the end: every that many steps (an int),
+    or at these steps (a set; empty: the start and the end only).
+
+    ``checkpoint_every`` > 0 is the interval; 0 is automatic: steps round(i·T/10), i = 1 … 10, i.e. 11
+    checkpoints with step 0 for a run of T ≥ 10 steps (T + 1 below), or the start and the end only where
+    ``auto`` is False (a proxy search's trials, which nobody looks at); < 0 is the start and the end only."""
+    if checkpoint_every > 0:
+        return checkpoint_every
+    if checkpoint_every == 0 and auto:
+        return frozenset(round(i * total_steps / AUTO_CHECKPOINTS) for i in range(1, AUTO_CHECKPOINTS + 1))
+    return frozenset()
+
+
+def _due(when: int | frozenset, step: int) -> bool:
+    return step % when == 0 if isinstance(when, int) else step in when
 
 
 class Recorder:
@@ -46,7 +65,7 @@ class Loop:
     """State of one run while it trains, and the helpers strategies call from their hooks."""
 
     def __init__(self, prep: Prepared, store, run_id: str, progress: Callable | None,
-                 cancel: threading.Event | None, on_checkpoint: Callable | None = None):
+                 cancel: threading.Event | None, on_checkpoint: Callable | None = None, auto_checkpoints: bool = True):
         self.prep, self.cfg, self.store, self.run_id = prep, prep.cfg, store, run_id
         self.strategy = strategies.get(self.cfg.strategy)(self.cfg)
         self.on_checkpoint, self.progress, self.cancel = on_checkpoint, progress, cancel
@@ -59,6 +78,7 @@ class Loop:
         self.gen_sample = torch.Generator().manual_seed(self.cfg.seed)
         self.gen_noise = torch.Generator(device=self.dev).manual_seed(self.cfg.seed + 1)
         self.step, self.last = 0, {}
+        self.when = checkpoint_steps(self.cfg.checkpoint_every, prep.total_steps, auto_checkpoints)
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
 
@@ -169,8 +189,7 @@ class Loop:
             self.evaluate()
         elif self.step % FLUSH_EVERY == 0:
             self.rec.flush(self.step)
-        ce = self.cfg.checkpoint_every
-        if ce and self.step % ce == 0:
+        if _due(self.when, self.step):
             self.checkpoint()
         if self.progress:
             self.progress(self.step, self.prep.total_steps, dict(self.last))
@@ -178,23 +197,25 @@ class Loop:
 
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
-          cancel: threading.Event | None = None, on_checkpoint: Callable | None = None) -> dict:
+          cancel: threading.Event | None = None, on_checkpoint: Callable | None = None,
+          auto_checkpoints: bool = True) -> dict:
     """Train all phases of ``prep`` and return the run's summary.
 
     ``store``: where metrics, events, checkpoints and the final model go; None trains an unstored run
     (an audit's: only the summary and the trained ``prep.model`` remain).
     ``on_checkpoint(run_id, step)`` is called after each feature checkpoint is
-    stored (the job manager queues the background analyses there).
+    stored (the job manager queues the background analyses there). ``auto_checkpoints``: False keeps
+    ``checkpoint_every = 0`` to the start and the end (`checkpoint_steps`).
     """
     t0 = time.perf_counter()
-    loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint)
+    loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint, auto_checkpoints)
     loop.evaluate()
     loop.checkpoint()
     phases = iter(prep.phases)  # the accountant's phases: the private plans, in order
     for plan in prep.plans:
         loop.event("phase", f"{plan.name}: {plan.steps} steps")
         loop.run_phase(plan, None if plan.public else next(phases))
-    if not prep.cfg.checkpoint_every or loop.step % prep.cfg.checkpoint_every:
+    if not _due(loop.when, loop.step):
         loop.checkpoint()
     if store is not None:
         state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}

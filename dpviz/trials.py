@@ -144,13 +144,15 @@ def _next_trial(study: optuna.Study, me: str) -> optuna.Trial | None | bool:
     return trial
 
 
-def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int | None = None) -> list[dict]:
+def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int | None = None,
+         kind: str = "trial") -> list[dict]:
     """Run trials of ``study`` in this process until none is waiting (or the search's budget is
     spent, or ``max_trials`` ran); orphans are recovered first.
 
     ``run(cfg, store=store)`` trains (or answers from the store) one trial's config and returns its
     summary: `dpviz.runner.run` for a user's study, `dpviz.execute.run` for a proxy search of `auto`
-    (passed in, so studies sit below the runner and the policy that uses them)."""
+    (passed in, so studies sit below the runner and the policy that uses them). ``kind``: what the stored
+    runs are (`dpviz.store.KINDS`), passed to ``run``: "trial", or "search" for a proxy search."""
     store = Store(cache_dir)
     me = process_token()
     if REGISTERED + me not in study.user_attrs:  # before any ask: see the module docstring
@@ -162,13 +164,13 @@ def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int 
         if trial is None:
             break
         if trial is not False:
-            done.append(_run_trial(study, trial, store, run))
+            done.append(_run_trial(study, trial, store, run, kind))
     return done
 
 
-def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Callable) -> dict:
+def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Callable, kind: str) -> dict:
     try:
-        s = run(config_of(study, trial), store=store)
+        s = run(config_of(study, trial), store=store, kind=kind)
     except Exception as e:
         trial.set_user_attr("error", f"{type(e).__name__}: {e}")
         study.tell(trial, state=TS.FAIL, skip_if_finished=True)

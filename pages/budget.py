@@ -4,8 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import catalog, figures, results, sweeps
-from dpviz.config import RunConfig
+from dpviz import autotune, catalog, figures, results, sweeps
+from dpviz.config import AUTO, RunConfig
 from dpviz.errors import DpvizError
 
 layout.page_setup("Budget allocation", r"""
@@ -23,10 +23,22 @@ fractions = c2.multiselect("LP fractions p", [round(0.1 * i, 1) for i in range(1
                            default=[round(0.1 * i, 1) for i in range(11)], key="bu_p")
 seeds = c3.multiselect("seeds", list(range(5)), default=[0], key="bu_seeds")
 c = st.columns(5)
+
+
+def lr_widget(box, field: str, label: str):
+    """A learning rate: "auto" by default (as on the Runs page: each point's rates chosen on public data for
+    its ε and p, so a point and the same run launched on the Runs page agree), or a number typed in."""
+    auto = box.toggle(f"{label} auto", value=True, key=f"bu_{field}_auto",
+                      help="auto: chosen for each point's ε and LP share on public data only (no privacy spent)")
+    value = box.number_input(label, 1e-5, 100.0, autotune.DEFAULTS[field], format="%.4g", key=f"bu_{field}",
+                             disabled=auto, label_visibility="collapsed")
+    return AUTO if auto else value
+
+
 base_fields = {"backbone": c[0].selectbox("backbone", catalog.own_backbones(), key="bu_backbone"),
                "epochs": int(c[1].number_input("epochs", 1, 500, 20, key="bu_epochs")),
-               "lr_lp": c[2].number_input("LR (LP)", 1e-5, 100.0, 0.5, format="%.4g", key="bu_lr_lp"),
-               "lr_ft": c[3].number_input("LR (FT)", 1e-5, 100.0, 0.01, format="%.4g", key="bu_lr_ft")}
+               "lr_lp": lr_widget(c[2], "lr_lp", "LR (LP)"),
+               "lr_ft": lr_widget(c[3], "lr_ft", "LR (FT)")}
 workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="bu_workers"))
 try:
     base = RunConfig(strategy="lp-fft", **base_fields)

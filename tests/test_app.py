@@ -389,3 +389,22 @@ def test_a_cancelled_search_stops_between_trials(cache_dir, monkeypatch):
         jm.shutdown()
     assert job.status == queued.status == "cancelled" and job.run_id is None
     assert {r["config"]["dataset"] for r in Store(cache_dir).list_runs()} <= {"glyphs"}  # no private run began
+
+
+def test_search_runs_are_never_a_default_selection_and_the_runs_table_shows_them_on_request(app_env, fast_cfg):
+    """After a search stored its trials (newer than the user's run), the distortion page's default selection is
+    the user's run alone; the Runs table lists the trials only once "show search runs" is on."""
+    from dpviz import execute
+    from dpviz.store import Store
+
+    store = Store(app_env)
+    mine = dpviz.run(fast_cfg(strategy="lp", lr_lp=0.5), store=store)["run_id"]
+    searched = {execute.run(fast_cfg(strategy="lp", dataset="glyphs", lr_lp=lr, seed=0, eval_every=10**6).fixed_rates(),
+                            store=store, kind="search")["run_id"] for lr in (0.1, 1.0)}
+    at = open_page("pages/distortion.py")
+    picker = at.multiselect(key="fd_runs")
+    assert picker.value == [mine] and not any(s in o for s in searched for o in picker.options)
+    at = open_page("pages/runs.py")
+    assert set(at.dataframe[-1].value["run_id"]) == {mine}
+    at.toggle(key="runs_show_search").set_value(True).run()
+    assert set(at.dataframe[-1].value["run_id"]) == {mine, *searched}

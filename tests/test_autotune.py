@@ -35,15 +35,33 @@ def no_private_reads(monkeypatch):
 def test_a_search_reads_no_private_data_is_deterministic_and_cached(searching, no_private_reads, cache_dir):
     cfg = RunConfig(**SMALL, epsilon=8.0)  # off the shipped grid (2 epochs): searched
     resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=3)
-    assert res.source == "search" and res.proxy == "glyphs" and res.trials == 3
-    assert 0.001 <= resolved.lr_ft <= 0.3 and resolved.auto == () and resolved.lr_lp == autotune.DEFAULTS["lr_lp"]
+    n = 3 + (autotune.EXTEND_TRIALS if "beyond" in res.note else 0)  # best at an end: one decade more
+    assert res.source == "search" and res.proxy == "glyphs" and res.trials == n
+    assert 0.0001 <= resolved.lr_ft <= 3 and resolved.auto == () and resolved.lr_lp == autotune.DEFAULTS["lr_lp"]
     runs = Store(cache_dir).list_runs()
-    assert len(runs) == 3 and {r["config"]["dataset"] for r in runs} == {"glyphs"}
+    assert len(runs) == n and {r["config"]["dataset"] for r in runs} == {"glyphs"}
+    assert {r["kind"] for r in runs} == {"search"}
     again, res2 = autotune.resolve(cfg.replace(seed=5), cache_dir=cache_dir, trials=3)  # the seed is not in the key
     assert again.lr_ft == resolved.lr_ft and res2.study == res.study
-    assert len(Store(cache_dir).list_runs()) == 3  # answered from the finished study: nothing trained
+    assert len(Store(cache_dir).list_runs()) == n  # answered from the finished study: nothing trained
     fresh, _ = autotune.resolve(cfg, cache_dir=cache_dir.parent / "other", trials=3)
     assert fresh.lr_ft == resolved.lr_ft  # deterministic given TPE's seed
+
+
+def test_a_search_whose_best_is_at_an_end_extends_the_range_and_warns_if_still_there(searching, cache_dir,
+                                                                                     monkeypatch):
+    """A range far below the rates LP needs: the best is at its top, the search tries the decade above it,
+    and the best is at the top of that too, so the resolution warns (the form and `run --json` show it)."""
+    monkeypatch.setitem(autotune.RANGES, "lr_lp", (0.003, 0.01))
+    cfg = RunConfig(**{**SMALL, "strategy": "lp"}, epsilon=8.0)
+    resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=2)
+    tried = sorted(r["config"]["lr_lp"] for r in Store(cache_dir).list_runs(kind="search"))
+    assert len(tried) == res.trials == 2 + autotune.EXTEND_TRIALS and tried[-1] == pytest.approx(0.1)
+    assert resolved.lr_lp == pytest.approx(0.1) and "beyond the end of the range" in res.note
+    assert "lr_lp = 0.1 is at the top of the range searched (0.003–0.1)" in res.as_dict()["warning"]
+    assert autotune.resolve(cfg, cache_dir=cache_dir, trials=2, search_ok=False)[1] == res  # nothing trains again
+    assert len(Store(cache_dir).list_runs()) == 5
+    assert autotune._edge_warning({"lr_lp": 0.5}, {"lr_lp": [0.003, 10.0]}, {}, extended=False) == ""  # inside
 
 
 def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch):

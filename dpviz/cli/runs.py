@@ -31,6 +31,9 @@ def add_list(sub) -> None:
     ls = sub.add_parser("list", help="list stored runs")
     ls.add_argument("--status", default=None, choices=["queued", "running", "finished", "failed", "cancelled",
                                                         "interrupted"])
+    ls.add_argument("--all", action="store_true",
+                    help='include the runs of "auto" learning-rate searches (kind search); by default only '
+                         "your runs (kind user) and your sweeps' and tunings' trials (kind trial) are listed")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=cmd_list)
 
@@ -87,6 +90,8 @@ def cmd_run(args) -> int:
     if summary is None:
         return 130
     print(dump(summary) if args.json else text(summary))
+    if (summary.get("auto") or {}).get("warning"):  # in --json too, as summary["auto"]["warning"]
+        print(f"dpviz: warning: learning rates on auto: {summary['auto']['warning']}", file=sys.stderr)
     if not summary.get("cached"):
         _analyze_later(summary["run_id"], args.cache_dir)
     return 0
@@ -165,17 +170,20 @@ def text(s: dict) -> str:
 
 def cmd_list(args) -> int:
     from ..runner import summary_of
-    from ..store import Store
+    from ..store import SHOWN, Store
 
     store = Store(args.cache_dir)
     # A row whose JSON is garbled is listed as "damaged" with what to do; the others as usual.
     rows = [r if r["status"] == "damaged" else summary_of(r, store)
-            for r in store.list_runs(args.status, damaged=True)]
+            for r in store.list_runs(args.status, kind=None if args.all else SHOWN, damaged=True)]
     if args.json:
         print(dump(rows))
     else:
         for s in rows:
-            print(f"{s['status']:<11} " + (s["error"] if s["status"] == "damaged" else text(s)))
+            print(f"{s['status']:<11} {s['kind']:<6} " + (s["error"] if s["status"] == "damaged" else text(s)))
+        hidden = 0 if args.all else len(store.list_runs(args.status, kind="search", damaged=True))
+        if hidden:
+            print(f"({hidden} search run(s) of \"auto\" learning rates not listed: --all lists them)", file=sys.stderr)
     return 0
 
 

@@ -3,7 +3,7 @@
 Holds what the run figures (`dpviz.figures.runs`) and the Compare, Budget and Public → private pages
 read: `run_label` and `caption` (labels), `curves` / `seed_bands` (long metric tables and their mean ±
 std over seeds, `group_key` grouping runs that differ only by seed), `final_table` (one row per run)
-with `best_run_reading`, `stored_ids` / `runs_of` / `matching_run` (which runs to show, and a run's
+with `best_run_reading`, `shown_runs` / `stored_ids` / `runs_of` / `matching_run` (which runs to show, and a run's
 "twin" under another strategy), `switch_step` (a continual run's switch to private data) and
 `budget_reading` (the best LP share per ε under the budget split's utility curve).
 
@@ -18,7 +18,7 @@ import math
 
 import pandas as pd
 
-from ..store import Store
+from ..store import SHOWN, Store
 
 CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
                  "clip_fraction", "grad_norm", "lr", "step_ms")
@@ -26,11 +26,19 @@ _VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
 
 
 def run_label(run: dict) -> str:
-    """Short human label: strategy, ε, and the run id."""
+    """Short human label: strategy, ε, and the run id (and its kind when not the user's own launch:
+    "· trial" for a study's trial, "· search" for an "auto" search's)."""
     c = run["config"]
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
     extra = f" p={c['lp_fraction']:g}" if c["strategy"] == "lp-fft" else ""
-    return f"{c['strategy']}{extra} ε={eps} seed={c['seed']} [{run['run_id']}]"
+    kind = run.get("kind", "user")
+    return f"{c['strategy']}{extra} ε={eps} seed={c['seed']} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
+
+
+def shown_runs(store: Store, *, search: bool = False) -> list[dict]:
+    """The runs pages list and offer, oldest first: the user's and their studies' trials (`store.SHOWN`),
+    and the trials of "auto" proxy searches too only when ``search`` (the user asked to see them)."""
+    return store.list_runs(kind=None if search else SHOWN)
 
 
 def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
@@ -76,7 +84,7 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
         run = store.get_run(rid)
         c, s, a = run["config"], run["summary"] or {}, audits.get(run["config_hash"], {})
         rows.append({
-            "run_id": rid, "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
+            "run_id": rid, "kind": run.get("kind", "user"), "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
             "backbone": c["backbone"], "epsilon": c["epsilon"], "delta": c["delta"],
             "lp_fraction": c["lp_fraction"], "seed": c["seed"], "epochs": c["epochs"],
             "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
@@ -102,8 +110,9 @@ def stored_ids(store: Store, run_ids) -> list[str]:
 
 
 def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list[dict]:
-    """Stored runs of ``strategy``, newest first (only finished ones when ``finished_only``)."""
-    return [r for r in reversed(store.list_runs())
+    """Stored runs of ``strategy`` that pages offer (`shown_runs`), newest first (only finished ones when
+    ``finished_only``)."""
+    return [r for r in reversed(shown_runs(store))
             if r["config"]["strategy"] == strategy and (r["status"] == "finished" or not finished_only)]
 
 
