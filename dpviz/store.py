@@ -24,10 +24,8 @@ database, a read-only folder or garbled rows into one line saying what to do.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
-import socket
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -37,67 +35,13 @@ from . import artifacts, storecheck
 from .errors import ConfigError, StoreError
 from .runfiles import RunFiles
 from .safefile import locked, write_atomic
+from .owners import owner_alive, process_token  # noqa: F401  (where callers always found them)
 from .storecheck import damaged_database, decode_row, default_cache_dir, json_or_none
+from .storeschema import KINDS, SCHEMA, SHOWN, check_kind, migrate  # noqa: F401  (KINDS, SHOWN: as always)
 
 __all__ = ["Store", "damaged_database", "default_cache_dir", "process_token", "write_atomic"]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  run_id TEXT PRIMARY KEY, config_hash TEXT NOT NULL, config_json TEXT NOT NULL,
-  status TEXT NOT NULL, created REAL, started REAL, finished REAL, owner TEXT,
-  step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT,
-  kind TEXT NOT NULL DEFAULT 'user');
-CREATE INDEX IF NOT EXISTS runs_hash ON runs(config_hash, status);
-CREATE TABLE IF NOT EXISTS metrics (
-  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
-  PRIMARY KEY (run_id, name, step)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-  run_id TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT);
-CREATE INDEX IF NOT EXISTS events_run ON events(run_id, time);
-CREATE TABLE IF NOT EXISTS analyses (
-  run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, params_json TEXT NOT NULL,
-  result_json TEXT NOT NULL, created REAL, PRIMARY KEY (run_id, step, name, params_json)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS audits (
-  audit_key TEXT PRIMARY KEY, config_hash TEXT NOT NULL, result_json TEXT NOT NULL, created REAL);
-CREATE INDEX IF NOT EXISTS audits_config ON audits(config_hash);
-"""
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
-KINDS = ("user", "trial", "search")
-"""Who made a stored run: ``user`` (a person launched it: ``python -m dpviz run``, a dashboard form or
-preset, ``dpviz.run``), ``trial`` (a trial of a user's sweep or tuning study: the user's, marked) or
-``search`` (a trial of the proxy search that resolves "auto" rates: nobody asked to see it)."""
-SHOWN = ("user", "trial")
-"""The kinds listed and offered by default (``python -m dpviz list``, every page's pickers)."""
-
-
-def process_token(pid: int | None = None) -> str:
-    """host:pid:start-time; the start time tells a live owner from a reused pid."""
-    pid = pid or os.getpid()
-    try:
-        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except OSError:
-        start = "?"
-    return f"{socket.gethostname()}:{pid}:{start}"
-
-
-def owner_alive(owner: str | None) -> bool:
-    """Whether the process of ``owner`` (a `process_token`) still runs; on another host, assumed so."""
-    if not owner:
-        return False
-    host, pid, _ = owner.split(":", 2)
-    if host != socket.gethostname():
-        return True  # cannot tell from here; leave other machines' runs alone
-    return process_token(int(pid)) == owner and not _zombie(int(pid))
-
-
-def _zombie(pid: int) -> bool:
-    """A killed process its parent has not reaped yet: /proc still lists it, but it runs nothing (a
-    relaunch right after ``kill -9`` of a sweep's process group sees its workers so)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
 
 class Store(RunFiles):
     """Runs, their metrics and events, and their artifact folders."""
@@ -120,7 +64,7 @@ class Store(RunFiles):
                 with self._conn() as c:
                     c.execute("PRAGMA journal_mode=WAL")
                     c.executescript(SCHEMA)
-                    _migrate(c)
+                    migrate(c)
                 self.recover()
         except OSError as e:
             raise ConfigError("cache_dir", f"a folder dpviz can write ({e.strerror or type(e).__name__})",
@@ -153,7 +97,7 @@ class Store(RunFiles):
     def create_run(self, config_hash: str, config_json: str, total_steps: int | None = None, *,
                    kind: str = "user") -> str:
         """A new running run of ``kind`` (one of `KINDS`); returns its id."""
-        _check_kind(kind)
+        check_kind(kind)
         run_id = f"{config_hash[:8]}-{secrets.token_hex(3)}"
         self._tx("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps, kind)"
                  " VALUES (?,?,?,?,?,?,?,?)",
@@ -164,7 +108,7 @@ class Store(RunFiles):
     def claim(self, run_id: str, kind: str) -> None:
         """Relabel a stored ``search`` run as ``kind`` (a user's or a study's request answered by it from the
         cache): it is theirs from now on, listed and offered like the runs they launched. Other kinds stay."""
-        _check_kind(kind)
+        check_kind(kind)
         if kind != "search":
             self._tx("UPDATE runs SET kind=? WHERE run_id=? AND kind='search'", (kind, run_id))
 
@@ -214,7 +158,7 @@ class Store(RunFiles):
         if kind is not None:
             kinds = (kind,) if isinstance(kind, str) else tuple(kind)
             for k in kinds:
-                _check_kind(k)
+                check_kind(k)
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args += kinds
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
@@ -312,25 +256,3 @@ class Store(RunFiles):
         with self._conn() as c:
             rows = c.execute(sql + " ORDER BY created DESC", (config_hash,) if config_hash else ()).fetchall()
         return [d for r in rows if (d := json_or_none(r["result_json"])) is not None]
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise ConfigError("kind", f"one of {', '.join(KINDS)}", kind)
-
-
-def _migrate(c: sqlite3.Connection) -> None:
-    """Add the columns later schemas introduced to a store created before them: old analyses keep NULL;
-    old runs get kind "user", except the trials of "auto" searches, told by the evaluation schedule only
-    `dpviz.autotune.search_base` gives (eval_every = 10⁶ at seed 0: evaluated at the end only)."""
-    if "kind" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}:
-        c.execute("BEGIN IMMEDIATE")
-        c.execute("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'user'")
-        c.execute("UPDATE runs SET kind='search' WHERE json_valid(config_json) "
-                  "AND json_extract(config_json, '$.eval_every') = 1000000 "
-                  "AND json_extract(config_json, '$.seed') = 0")
-        c.execute("COMMIT")
-    have = {r[1] for r in c.execute("PRAGMA table_info(analyses)")}
-    for col, typ in (("kind", "TEXT"), ("schema_version", "INTEGER")):
-        if col not in have:
-            c.execute(f"ALTER TABLE analyses ADD COLUMN {col} {typ}")

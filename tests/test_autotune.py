@@ -61,7 +61,7 @@ def test_a_search_whose_best_is_at_an_end_extends_the_range_and_warns_if_still_t
     assert "lr_lp = 0.1 is at the top of the range searched (0.003–0.1)" in res.as_dict()["warning"]
     assert autotune.resolve(cfg, cache_dir=cache_dir, trials=2, search_ok=False)[1] == res  # nothing trains again
     assert len(Store(cache_dir).list_runs()) == 5
-    assert autotune._edge_warning({"lr_lp": 0.5}, {"lr_lp": [0.003, 10.0]}, {}, extended=False) == ""  # inside
+    assert autotune.edge_warning({"lr_lp": 0.5}, {"lr_lp": [0.003, 10.0]}, {}, extended=False) == ""  # inside
 
 
 def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch):

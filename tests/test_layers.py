@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "dpviz"
 
 LAYERS = [
-    ("leaves", ["errors", "optim", "idle", "safefile", "catalog", "artifacts", "storecheck", "runfiles",
+    ("leaves", ["errors", "optim", "idle", "safefile", "catalog", "artifacts", "storecheck", "runfiles", "owners",
+                "storeschema",
                 "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
                 "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
                 "audit.bounds", "audit.readings"]),
@@ -35,7 +36,7 @@ LAYERS = [
     ("declarations", ["fields", "strategies", "config"]),
     ("run core", ["calibration", "engine", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
     ("store and studies", ["store", "journal", "trials", "sweeps"]),
-    ("policy", ["shipped_rates", "autotune"]),
+    ("policy", ["shipped_rates", "proxy_search", "autotune"]),
     ("runner", ["runner"]),
     ("services", ["jobs", "audit", "reproduce", "presets", "analyses.service"]),
     ("reading", ["results", "figures", "export"]),

@@ -1,0 +1,168 @@
+"""The proxy search behind `auto` learning rates: a small TPE search on the public stand-in of the private
+dataset, every trial an ordinary DP run of the same configuration, named by its inputs so that a second
+resolution reopens it; when the best rate sits at an end of its range, a few more trials one decade
+beyond that end (`extension`) and a warning if it is still there. `dpviz.autotune` decides when to search.
+"""
+
+from __future__ import annotations
+
+from . import catalog
+from .config import RunConfig
+from .errors import Cancelled
+from .shipped_rates import RANGES
+
+TRIALS_PER_FIELD = 6
+
+
+def proxy_for(dataset: str) -> str | None:
+    """The public stand-in a search can use for ``dataset`` (its catalogue entry's ``proxy``), or None."""
+    entry = catalog.DATASETS.get(dataset)
+    return entry.proxy if entry else None
+
+
+def search_base(cfg: RunConfig) -> RunConfig:
+    """The config a search tunes: auto fields at their defaults, seed 0, evaluated at the end only."""
+    return cfg.fixed_rates().replace(seed=0, checkpoint_every=0, eval_every=10**6, device="auto")
+
+
+def trials_for(fields) -> int:
+    return 2 + TRIALS_PER_FIELD * len(fields)
+
+
+def space_of(fields) -> dict:
+    return {f: list(RANGES[f]) for f in fields}
+
+
+def study_name(cfg: RunConfig, fields) -> str:
+    """The name `search` gives (or gave) the study for ``cfg``'s ``fields``, found without creating it."""
+    from . import sweeps
+
+    base = search_base(cfg).replace(dataset=proxy_for(cfg.dataset), data_dir=None)
+    return sweeps.study_name("tune", base, {**sweeps.check_space(space_of(fields)), "target": cfg.dataset})
+
+
+def start_points(fields, trials: int) -> list[dict]:
+    """The first trials of a search: one field, ``trials`` log-spaced values over its range; two or more,
+    a 3-per-field log grid (TPE takes over after it)."""
+    k = trials if len(fields) == 1 else 3
+    qs = [(i + 0.5) / k for i in range(k)] if len(fields) > 1 else [i / (k - 1) for i in range(k)]
+
+    def at(f, q):
+        lo, hi = RANGES[f]
+        return lo * (hi / lo) ** q
+
+    grid = [{}]
+    for f in fields:
+        grid = [{**g, f: at(f, q)} for g in grid for q in qs]
+    return grid[:trials]
+
+
+def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None, seed: int = 0, run: bool = True,
+           progress=None, cancel=None):
+    """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains.
+
+    ``progress(k, n)`` is called before the k-th of n trials trains; ``cancel`` (an event) stops the search
+    between trials (`Cancelled`), leaving the finished trials for the next resolution to resume from."""
+    from . import execute, sweeps
+
+    trials = trials or trials_for(fields)
+    study = sweeps.create_search(search_base(cfg), space_of(fields), trials=trials, seed=seed,
+                                 proxy=proxy_for(cfg.dataset), cache_dir=cache_dir)
+    if not study.get_trials(deepcopy=False):  # start from an even log grid, not TPE's random start-up
+        for point in start_points(fields, trials):
+            study.enqueue_trial(point)
+    study.set_user_attr("auto", True)
+    while run:  # one trial at a time (trials are concrete configs), reporting and cancellable between them
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the learning-rate search was cancelled between trials")
+        if progress is not None:
+            finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+            progress(min(len(finished) + 1, trials), trials)
+        if not sweeps.work(study, run=execute.run, cache_dir=cache_dir, max_trials=1, kind="search"):
+            break
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
+    return study, done
+
+
+EXTEND_TRIALS = 3  # trials over the decade beyond an end of the range the best trial sits at
+EDGE = 0.1  # "at an end": within this share of the range (on the log scale) from it
+
+
+def at_edges(params: dict, ranges: dict) -> dict:
+    """{field: "low" | "high"} for the ``params`` within `EDGE` of an end of their ``ranges`` (log scale)."""
+    import math
+
+    out = {}
+    for f, (lo, hi) in ranges.items():
+        if f in params and hi > lo:
+            q = math.log(params[f] / lo) / math.log(hi / lo)
+            if q >= 1 - EDGE or q <= EDGE:
+                out[f] = "high" if q >= 1 - EDGE else "low"
+    return out
+
+
+def _beyond(ranges: dict, sides: dict) -> dict:
+    """The decade beyond each field's end in ``sides``."""
+    return {f: [ranges[f][1], ranges[f][1] * 10] if side == "high" else [ranges[f][0] / 10, ranges[f][0]]
+            for f, side in sides.items()}
+
+
+def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int = 0, run: bool = True):
+    """Where the best of ``done`` (a finished search's trials) sits at an end of its range: (study, its
+    finished trials, the sides) of a small search over the decade beyond that end, the other fields at
+    the best's values; None when no field is at an end. With ``run=False`` nothing trains."""
+    from . import execute, sweeps
+
+    best = best_trial(done)
+    sides = at_edges(best.params, space_of(fields))
+    if not sides:
+        return None
+    space = _beyond(space_of(fields), sides)
+    base = search_base(cfg).replace(**{f: best.params[f] for f in fields if f not in sides})
+    if not run:  # look, create nothing: the form's preview reads this on every change
+        import optuna
+
+        name = sweeps.study_name("tune", sweeps.proxy_base(base, proxy_for(cfg.dataset)),
+                                 {**sweeps.check_space(space), "target": cfg.dataset})
+        if name not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
+            return None, [], sides
+    study = sweeps.create_search(base, space, trials=EXTEND_TRIALS, seed=seed, proxy=proxy_for(cfg.dataset),
+                                 cache_dir=cache_dir)
+    if not study.get_trials(deepcopy=False):  # one decade out in even steps, all edge fields together
+        for i in range(1, EXTEND_TRIALS + 1):
+            study.enqueue_trial({f: lo * (hi / lo) ** (i / EXTEND_TRIALS if sides[f] == "high"
+                                                       else 1 - i / EXTEND_TRIALS)
+                                 for f, (lo, hi) in space.items()})
+    study.set_user_attr("auto", True)
+    if run:
+        sweeps.work(study, run=execute.run, cache_dir=cache_dir, kind="search")
+    ext_done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
+    return study, ext_done, sides
+
+
+def edge_warning(values: dict, ranges: dict, sides: dict, extended: bool) -> str:
+    """One line naming the fields whose chosen value still sits at an end of the searched range."""
+    still = {f: side for f, side in at_edges(values, ranges).items() if sides.get(f) == side}
+    if not still:
+        return ""
+    ends = "; ".join(f"{f} = {values[f]:.4g} is at the {'top' if side == 'high' else 'bottom'} of the range "
+                     f"searched ({ranges[f][0]:.4g}–{ranges[f][1]:.4g})" for f, side in still.items())
+    how = "even after extending it one decade" if extended else "which was not extended (DPVIZ_AUTO_SEARCH=off)"
+    return f"{ends}, {how}: the best rate may lie beyond it; set it by hand or tune it on the Tuning page"
+
+
+def best_trial(done: list):
+    """The best finished trial; ties go to the earliest."""
+    return max(done, key=lambda t: (t.value, -t.number))
+
+
+def finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> tuple | None:
+    """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing)."""
+    import optuna
+
+    from . import sweeps
+
+    if study_name(cfg, fields) not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
+        return None
+    study, done = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, run=False)
+    return (study, done) if len(done) >= study.user_attrs["n_trials"] else None
