@@ -1,0 +1,61 @@
+"""The first launches a new user makes, walked in real Chromium and timed: what the page said during
+each wait, and for how long.
+
+A fresh store; the Runs page opened with the form's fields in its URL (as a reload keeps them); Launch
+pressed; the progress line under "2 · Watch" read every 0.5 s until the run has finished. Each distinct
+state (queued, preparing, searching k of n, training, finished) is printed with the second it first
+showed and how long it lasted.
+Usage: python bench/walk_dashboard.py [--strategies lora partial lp-fft]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from browser_util import browser, server  # noqa: E402
+
+STATE = re.compile(r"(queued[^·]*|preparing[^·]*|searching[^·]*|training[^·]*|finished|failed[^·]*|cancelled)")
+
+
+def walk(page, url: str, strategy: str, timeout_s: float = 600) -> list[tuple[str, float, float]]:
+    """[(state text, first seen at s, lasted s)] of one launch of ``strategy`` from the form."""
+    page.goto(f"{url}/?strategy={strategy}")
+    page.get_by_role("button", name="Launch run").click(timeout=60_000)
+    t0, seen = time.perf_counter(), []
+    while time.perf_counter() - t0 < timeout_s:
+        texts = page.locator('[data-testid="stProgress"]').all_inner_texts()
+        now = time.perf_counter() - t0
+        mine = [t for t in texts if f"· {strategy} " in t]
+        state = STATE.search(mine[0]).group(1).strip() if mine and STATE.search(mine[0]) else "(no progress line)"
+        state = re.sub(r"step \d+ of", "step … of", state)  # one row for the whole training phase
+        if not seen or seen[-1][0] != state:
+            seen.append((state, now))
+        if state in ("finished", "cancelled") or state.startswith("failed"):
+            break
+        time.sleep(0.5)
+    end = time.perf_counter() - t0
+    return [(s, at, (seen[i + 1][1] if i + 1 < len(seen) else end) - at) for i, (s, at) in enumerate(seen)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--strategies", nargs="+", default=["lora", "partial", "lp-fft"])
+    args = ap.parse_args()
+    cache = Path(tempfile.mkdtemp()) / "cache"
+    with server(cache, cache.parent / "server.log") as url, browser() as b:
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        for strategy in args.strategies:
+            print(f"\n{strategy} (fresh store: an auto search runs first where the shipped grid has no answer)")
+            print("| what the page said | from (s) | for (s) |\n|---|---|---|")
+            for state, at, lasted in walk(page, url, strategy):
+                print(f"| {state} | {at:.1f} | {lasted:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
