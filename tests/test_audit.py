@@ -122,7 +122,7 @@ def test_a_sweep_resumes_from_the_store_draws_the_diagonal_and_fills_the_run_tab
     assert sweep.stored(base, spec, store=store, **axes) == rows  # answered without training
     fig = figures.audit.sweep_figure(rows)
     names = [t.name for t in fig.data]
-    assert "ε_lb = ε (the accountant's bound)" in names and any(n.startswith("ceiling") for n in names)
+    assert "ε_lb = ε (accountant's bound)" in names and any(n.startswith("ceiling") for n in names)
     assert fig.layout.xaxis.type == "log" and "∞" in fig.layout.xaxis.ticktext
     report = store.audits()[-1]  # the ε = 1 audit (oldest first from the end)
     roc = figures.audit.roc_figure(report, *dpviz_audit.roc(report))
