@@ -58,8 +58,9 @@ def test_garbled_run_rows_are_listed_as_damaged_and_shown_as_one_line(stored, tm
     with what to do; show of it is one line; delete (the advice) still works."""
     cache_dir, run_id = copied(stored, tmp_path)
     for rid, col, text in (("bad00001-000000", "config_json", "{not json"), ("bad00002-000000", "summary_json", "[1")):
-        sql(cache_dir, "INSERT INTO runs SELECT ?, config_hash, config_json, status, created + 1, started, finished, "
-            "owner, step, total_steps, summary_json, error FROM runs WHERE run_id=?", rid, run_id)
+        sql(cache_dir, "INSERT INTO runs (run_id, config_hash, config_json, status, created, started, finished, owner, "
+            "step, total_steps, summary_json, error) SELECT ?, config_hash, config_json, status, created + 1, started, "
+            "finished, owner, step, total_steps, summary_json, error FROM runs WHERE run_id=?", rid, run_id)
         sql(cache_dir, f"UPDATE runs SET {col}=? WHERE run_id=?", text, rid)
     before = snapshot(cache_dir)
     assert cli.main(["--cache-dir", str(cache_dir), "list"]) == 0
