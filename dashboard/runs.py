@@ -54,13 +54,14 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
         jobs = [j for j in jm.jobs.values() if job_ids is None or j.job_id in job_ids]
         return sorted(jobs, key=lambda j: -j.job_id)[:6 if job_ids is None else None]
 
-    seen = _jobs_signature(jm.jobs.values())
+    store = state.store()
+    seen = (_jobs_signature(jm.jobs.values()), store.signature())  # runs of other processes count too
 
     @st.fragment(run_every=1.0)
     def live():
         jobs = chosen()
-        if _jobs_signature(jm.jobs.values()) != seen:
-            st.rerun()  # a run was stored or ended: redraw the page's tables and the sidebar too
+        if (_jobs_signature(jm.jobs.values()), store.signature()) != seen:
+            st.rerun()  # a run was stored or ended, here or elsewhere: redraw the page's tables and the sidebar
         if not jobs:
             if job_ids is None:
                 st.caption("No run launched from this server yet: launch one above, or open stored runs below.")

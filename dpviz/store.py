@@ -135,6 +135,14 @@ class Store(RunFiles):
         """The run; one `StoreError` naming the run, the column and what to do when its row is garbled."""
         return decode_row(self.known(run_id), self.db)
 
+    def signature(self) -> tuple:
+        """(runs shown by default, the latest end time among them): changes when such a run is stored or
+        ends, whoever ran it — what a page polls to redraw its tables (one indexed query, ≈ 1 ms)."""
+        marks = ",".join("?" * len(SHOWN))
+        with self._conn() as c:
+            return tuple(c.execute(f"SELECT COUNT(*), MAX(finished) FROM runs WHERE kind IN ({marks})",
+                                   SHOWN).fetchone())
+
     def find_finished(self, config_hash: str) -> dict | None:
         """The newest finished run of ``config_hash``; garbled rows are passed over (they answer nothing)."""
         with self._conn() as c:

@@ -18,7 +18,7 @@ best B for a run from its measured curvature. The σ curves use no data at all: 
 store = state.store()
 
 st.subheader("σ by batch size, per accountant")
-c = st.columns(5)
+c = st.columns([1, 1, 1, 1, 4])  # the batch sizes' chips need the width
 a_eps = c[0].number_input("ε", 0.05, 100.0, 2.0, key="cu_a_eps")
 a_delta = c[1].number_input("δ", 1e-12, 0.1, 1e-5, format="%.1e", key="cu_a_delta")
 a_epochs = int(c[2].number_input("epochs", 1, 1000, 20, key="cu_a_epochs"))

@@ -41,11 +41,11 @@ rows = [] if running else reproduce.stored_rows(claims, seeds=tuple(range(seeds)
 if not rows:
     st.info("No claim has all its runs yet: run the scorecard above (about 20 minutes for all claims on 2 cores). "
             "The claims it tests:")
-    st.dataframe(pd.DataFrame([{"claim": c.id, "paper": " — ".join(reproduce.PAPERS[c.seed]), "statement": c.sentence,
+    st.dataframe(pd.DataFrame([{"claim": c.id, "statement": c.sentence, "paper": reproduce.PAPERS[c.seed][0],
                                 "experiment": c.preset} for c in reproduce.CLAIMS if c.id in claims]),
                  hide_index=True, key="re_claims_table")
     st.stop()
-table = pd.DataFrame([{"claim": r["id"], "paper": " — ".join(reproduce.PAPERS[r["seed"]]), "statement": r["claim"],
+table = pd.DataFrame([{"claim": r["id"], "statement": r["claim"], "paper": reproduce.PAPERS[r["seed"]][0],
                        "experiment": r["preset"], "verdict": r["verdict"], "reading": r["reading"],
                        "seeds": r["seeds"]} for r in rows])
 if any(r["seeds"] < 2 for r in rows):

@@ -80,3 +80,18 @@ def test_default_runs_store_about_ten_checkpoints_and_minus_one_start_and_end(ca
     assert len(store.feature_steps(search["run_id"])) == 2 and store.get_run(search["run_id"])["kind"] == "search"
     with pytest.raises(ConfigError, match="checkpoint_every"):
         RunConfig(checkpoint_every=-2)
+
+
+def test_the_store_signature_moves_when_a_shown_run_is_stored_or_ends(tmp_path):
+    """What the Runs page polls to redraw for runs of other processes: user runs move it, search runs do not."""
+    from dpviz.store import Store
+
+    store = Store(tmp_path)
+    empty = store.signature()
+    rid = store.create_run("a" * 16, "{}", 10)
+    started = store.signature()
+    store.finish_run(rid, "finished", summary={})
+    ended = store.signature()
+    assert len({empty, started, ended}) == 3
+    store.create_run("b" * 16, "{}", 10, kind="search")
+    assert store.signature() == ended
