@@ -50,7 +50,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     _concrete(cfg)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
-        store.claim(hit["run_id"], kind)
+        store.claim(hit["run_id"], kind, current=hit["kind"])
         if on_start:
             on_start(hit["run_id"])
         return {**hit["summary"], **(extra or {}), "cached": True}

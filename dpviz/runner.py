@@ -41,7 +41,7 @@ def cached(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, kind: 
     store = store or Store(cache_dir)
     _, auto, hit = lookup(cfg, store)
     if hit:
-        store.claim(hit["run_id"], kind)
+        store.claim(hit["run_id"], kind, current=hit["kind"])
     return {**hit["summary"], **auto, "cached": True} if hit else None
 
 

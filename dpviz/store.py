@@ -105,11 +105,13 @@ class Store(RunFiles):
         self.event(run_id, "created")
         return run_id
 
-    def claim(self, run_id: str, kind: str) -> None:
+    def claim(self, run_id: str, kind: str, *, current: str | None = None) -> None:
         """Relabel a stored ``search`` run as ``kind`` (a user's or a study's request answered by it from the
-        cache): it is theirs from now on, listed and offered like the runs they launched. Other kinds stay."""
+        cache): it is theirs from now on, listed and offered like the runs they launched. Other kinds stay.
+        ``current``: the run's kind where the caller has read its row, so that a cache hit on a run that is
+        no search run (the usual case) takes no write lock."""
         check_kind(kind)
-        if kind != "search":
+        if kind != "search" and current in (None, "search"):
             self._tx("UPDATE runs SET kind=? WHERE run_id=? AND kind='search'", (kind, run_id))
 
     def update_run(self, run_id: str, **fields) -> None:
