@@ -119,13 +119,13 @@ def _model_widgets() -> dict:
                            key="f_dataset", format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
     data = catalog.DATASETS[dataset]
     data_dir = c2.text_input("data folder (real datasets)", _default("f_data_dir", ""), key="f_data_dir",
-                             disabled=not data.needs_data_dir, help=f"holding {data.files}" if data.files else None)
+                             disabled=not data.takes_data_dir, help=f"holding {data.files}" if data.files else None)
     backbone = c3.selectbox("backbone", tuple(catalog.BACKBONES), index=_index(catalog.BACKBONES, "f_backbone"),
                             key="f_backbone", format_func=lambda n: f"{n} — {catalog.BACKBONES[n].label}")
     needs_weights = catalog.BACKBONES[backbone].needs_weights
     weights = c4.text_input("weights file (torchvision/timm)", _default("f_weights", ""), key="f_weights",
                             disabled=not needs_weights)
-    return {"dataset": dataset, "data_dir": (data_dir.strip() or None) if data.needs_data_dir else None,
+    return {"dataset": dataset, "data_dir": (data_dir.strip() or None) if data.takes_data_dir else None,
             "backbone": backbone, "weights": (weights.strip() or None) if needs_weights else None}
 
 

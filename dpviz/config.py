@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from . import strategies
+from . import catalog, strategies
 from .errors import ConfigError
 from .fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
     ACCOUNTANTS, AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
@@ -34,6 +34,7 @@ _UNHASHED = ("device",)
 # Fields added after runs were stored: hashed only when the run's strategy reads them, so every
 # earlier run keeps its cache key.
 _HASHED_ONLY_FOR_OWNER = ("lora_rank",)
+_HASHED_ONLY_FOR_TEXT = ("max_length",)  # read only by text datasets (the tokenizer's truncation)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class RunConfig:
         switch_threshold: continual, automatic switch: switch when the decelerator measured on
             public data has fallen to ≤ this fraction of its peak so far.
         lora_rank: lora only: rank r of the low-rank adapters.
+        max_length: text datasets only: tokens per example (longer texts are truncated, shorter padded;
+            padded positions are masked and contribute nothing to a gradient).
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
     """
 
@@ -108,6 +111,7 @@ class RunConfig:
     sparsity: float = 0.2
     selection: str = "sparta"
     lora_rank: int = 4
+    max_length: int = 64
     device: str = "auto"
 
     def __post_init__(self):
@@ -140,6 +144,9 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
+            if catalog.dataset(self.dataset).modality != "text":
+                for k in _HASHED_ONLY_FOR_TEXT:
+                    d.pop(k)
             d["_schema"] = SCHEMA_VERSION
             if self.accountant == "gdp":  # σ is calibrated by PRV's bound now (GDP's overspent): not the old runs
                 d["_gdp_calibrated_by"] = "prv"

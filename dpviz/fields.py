@@ -27,7 +27,8 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's domain overflows near 709
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
-               "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1)}
+               "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1),
+               "max_length": (8, 512)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 
 # The longest schedule one run may have: every step is a DP step (≥ 2 ms even for the built-in CNN at
@@ -50,7 +51,7 @@ def total_steps(cfg, n: int) -> int:
 _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
-          "switch_step": int, "switch_threshold": float, "sparsity": float, "lora_rank": int}
+          "switch_step": int, "switch_threshold": float, "sparsity": float, "lora_rank": int, "max_length": int}
 
 
 def coerce(cfg) -> None:
@@ -149,11 +150,15 @@ def _check_sources(cfg) -> None:
     """A data folder exactly for datasets read from one, a weights file exactly for backbones that load one
     (an ignored path would still change the cache key)."""
     data, net = catalog.DATASETS[cfg.dataset], catalog.BACKBONES[cfg.backbone]
+    if data.modality != net.modality:
+        fits = ", ".join(n for n, b in catalog.BACKBONES.items() if b.modality == data.modality)
+        raise ConfigError("backbone", f"a {data.modality} backbone for {data.modality} dataset {cfg.dataset}: "
+                          f"one of {fits}", cfg.backbone)
     if data.needs_data_dir and not cfg.data_dir:
         raise ConfigError("data_dir", f"a local folder holding {cfg.dataset}'s files: {data.files} "
                           "(nothing is downloaded)")
-    if not data.needs_data_dir and cfg.data_dir:
-        takes = ", ".join(n for n, d in catalog.DATASETS.items() if d.needs_data_dir)
+    if not data.takes_data_dir and cfg.data_dir:
+        takes = ", ".join(n for n, d in catalog.DATASETS.items() if d.takes_data_dir)
         raise ConfigError("data_dir", f"only for {takes}: {cfg.dataset} is {data.source} with dpviz; leave data_dir out",
                           cfg.data_dir)
     if net.needs_weights and not cfg.weights:
