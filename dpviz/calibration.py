@@ -33,13 +33,19 @@ def check_delta(cfg: RunConfig, n: int) -> None:
 
 
 def check_public(cfg: RunConfig, private: Shape) -> None:
-    """The continual strategy's public data must look like the private task (shape, classes)."""
-    pub = catalog.dataset(cfg.public_dataset).shape  # public datasets are dpviz's own: sized without loading
-    if pub is not None and pub[1:] != private[1:]:
-        raise ConfigError("public_dataset", f"a public dataset with the private data's shape and classes "
-                          f"({private.channels}×{private.size}×{private.size}, {private.num_classes} classes); "
-                          f"{cfg.public_dataset} has {pub.channels}×{pub.size}×{pub.size}, {pub.num_classes}",
+    """The continual strategy's public data must fit the private task: same modality, image channels and
+    classes (public images are resized to the private side, `engine.load_public`)."""
+    pub_entry, priv_entry = catalog.dataset(cfg.public_dataset), catalog.dataset(cfg.dataset)
+    if pub_entry.modality != priv_entry.modality:
+        fits = ", ".join(n for n, d in catalog.DATASETS.items() if d.public and d.modality == priv_entry.modality)
+        raise ConfigError("public_dataset", f"a public {priv_entry.modality} dataset for {cfg.dataset}: {fits}",
                           cfg.public_dataset)
+    pub = pub_entry.shape  # public datasets are dpviz's own: sized without loading
+    if pub is not None and (pub.channels, pub.num_classes) != (private.channels, private.num_classes):
+        what = f"{private.channels} channel(s), " if priv_entry.modality == "image" else ""
+        raise ConfigError("public_dataset", f"a public dataset with the private data's {what}"
+                          f"{private.num_classes} classes; {cfg.public_dataset} has "
+                          f"{f'{pub.channels} channel(s), ' if what else ''}{pub.num_classes}", cfg.public_dataset)
 
 
 def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:

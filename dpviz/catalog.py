@@ -176,7 +176,8 @@ def static_shape(cfg) -> tuple[Shape, int] | None:
     d, b = DATASETS.get(cfg.dataset), BACKBONES.get(cfg.backbone)
     if d is None or b is None or d.shape is None or b.blocks is None:
         return None
-    return d.shape, b.blocks
+    size = getattr(cfg, "train_size", 0)
+    return (d.shape._replace(n=min(size, d.shape.n)) if size else d.shape), b.blocks
 
 
 # --- the built-in entries, in the order menus list them ----------------------------------------------
@@ -227,6 +228,14 @@ for _b in (
                builder=_EXTERNAL + f"build_{n}") for n in ("resnet18", "resnet50")),
     *(Backbone(name=n, label=f"timm {n} (your weights file)", source="weights", builder=_EXTERNAL + f"build_{n}")
       for n in ("vit_tiny", "vit_small", "deit_tiny", "deit_small")),
+    Backbone(name="efficientnet_lite0", label="EfficientNet-Lite0, ImageNet weights (package)", source="package",
+             builder="dpviz.models.efficientnet:build_efficientnet_lite0", blocks=7),
+    Backbone(name="minilm", label="all-MiniLM-L6-v2, a pretrained 6-layer BERT (package)", source="package",
+             builder="dpviz.models.text:build_minilm", modality="text", blocks=6,
+             tokenizer="dpviz.models.text:minilm_folder"),
+    Backbone(name="hf", label="a BERT-family encoder from your folder (BERT, RoBERTa, DistilBERT, MiniLM)",
+             source="weights", builder="dpviz.models.text:build_hf", modality="text",
+             tokenizer="dpviz.models.text:weights_folder"),
 ):
     add_backbone(_b)
 

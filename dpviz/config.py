@@ -78,6 +78,9 @@ class RunConfig:
         switch_threshold: continual, automatic switch: switch when the decelerator measured on
             public data has fallen to ≤ this fraction of its peak so far.
         lora_rank: lora only: rank r of the low-rank adapters.
+        train_size: 0 (the default): the whole training split; k: a fixed class-stratified subset of k
+            training examples (the same for every seed; n = k for the accountant), and the test split
+            cut to at most `TEST_CAP` fixed examples — for real datasets too large for a CPU.
         max_length: text datasets only: tokens per example (longer texts are truncated, shorter padded;
             padded positions are masked and contribute nothing to a gradient).
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
@@ -112,6 +115,7 @@ class RunConfig:
     selection: str = "sparta"
     lora_rank: int = 4
     max_length: int = 64
+    train_size: int = 0
     device: str = "auto"
 
     def __post_init__(self):
@@ -144,6 +148,8 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
+            if not self.train_size:  # added later: runs stored before it keep their keys
+                d.pop("train_size")
             if catalog.dataset(self.dataset).modality != "text":
                 for k in _HASHED_ONLY_FOR_TEXT:
                     d.pop(k)

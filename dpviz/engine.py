@@ -96,9 +96,15 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
 
 
 def load_public(cfg: RunConfig, bundle: data.Bundle) -> data.Bundle:
-    """The continual strategy's public data; it must look like the private task (shape, classes)."""
+    """The continual strategy's public data; it must fit the private task (modality, channels, classes).
+    Public images are resized to the private side; public texts use the run's tokenizer and length."""
     check_public(cfg, Shape(bundle.n, bundle.channels, bundle.size, bundle.num_classes))
-    return catalog.dataset(cfg.public_dataset).load(None)
+    public = catalog.dataset(cfg.public_dataset).load(cfg)
+    if public.modality == "image" and public.size != bundle.size:
+        side = (bundle.size, bundle.size)
+        public.x_train = F.interpolate(public.x_train, size=side, mode="bilinear", align_corners=False)
+        public.x_test = F.interpolate(public.x_test, size=side, mode="bilinear", align_corners=False)
+    return public
 
 
 def set_trainable(model: models.Classifier, trainable: str) -> None:
@@ -111,6 +117,8 @@ def set_trainable(model: models.Classifier, trainable: str) -> None:
             block.requires_grad_(True)
         if hasattr(model.backbone, "norm"):  # a ViT's final norm sits after the last block
             model.backbone.norm.requires_grad_(True)
+    for m in getattr(model.backbone, "always_frozen", ()):  # a text encoder's word-embedding table
+        m.requires_grad_(False)
 
 
 def make_optimizer(params, cfg: RunConfig, lr: float) -> optim.SGD | optim.Adam:

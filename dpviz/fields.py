@@ -28,7 +28,7 @@ MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's d
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
                "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1),
-               "max_length": (8, 512)}
+               "max_length": (8, 512), "train_size": (0, 10**7)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 
 # The longest schedule one run may have: every step is a DP step (≥ 2 ms even for the built-in CNN at
@@ -51,7 +51,8 @@ def total_steps(cfg, n: int) -> int:
 _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
-          "switch_step": int, "switch_threshold": float, "sparsity": float, "lora_rank": int, "max_length": int}
+          "switch_step": int, "switch_threshold": float, "sparsity": float, "lora_rank": int, "max_length": int,
+          "train_size": int}
 
 
 def coerce(cfg) -> None:

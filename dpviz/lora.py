@@ -47,9 +47,12 @@ class LoRA(nn.Module):
 
 
 def adaptable_layers(backbone: nn.Module) -> dict[str, nn.Module]:
-    """Name → Linear or Conv2d (groups = 1) layer of the backbone, in module order."""
+    """Name → Linear or Conv2d (groups = 1) layer of the backbone, in module order; a backbone that names
+    ``lora_targets`` (a text encoder: the attention's query and value projections) adapts only those."""
+    targets = getattr(backbone, "lora_targets", None)
     return {n: m for n, m in backbone.named_modules()
-            if isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1)}
+            if (isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1))
+            and (targets is None or n.rsplit(".", 1)[-1] in targets)}
 
 
 def _set(root: nn.Module, name: str, module: nn.Module) -> None:

@@ -112,6 +112,15 @@ class InputCanaries:
             idx = torch.randint(len(bundle.y_train), (m,), generator=g)
             self.x = bundle.x_train[idx].clone()
             self.y = (bundle.y_train[idx] + torch.randint(1, K, (m,), generator=g)) % K
+        elif bundle.modality == "text":  # out-of-distribution text: the training split's own tokens in
+            # random order, at the lengths of random training texts (ids the model's vocabulary has)
+            pad = bundle.pad_id
+            real = bundle.x_train[bundle.x_train != pad]
+            lengths = (bundle.x_train[torch.randint(bundle.n, (m,), generator=g)] != pad).sum(1)
+            self.x = torch.full((m, bundle.x_train.shape[1]), pad, dtype=torch.long)
+            for i, length in enumerate(lengths.tolist()):
+                self.x[i, :length] = real[torch.randint(len(real), (length,), generator=g)]
+            self.y = torch.randint(0, K, (m,), generator=g)
         else:  # out-of-distribution: random ±1 patterns, random labels
             self.x = torch.randint(0, 2, (m, *bundle.x_train.shape[1:]), generator=g).float() * 2 - 1
             self.y = torch.randint(0, K, (m,), generator=g)

@@ -39,6 +39,7 @@ class Bundle:
     modality: str = "image"
     classes: tuple[str, ...] | None = None  # label names, where the data has them
     texts_test: list[str] | None = field(default=None, repr=False)  # text: the test split's texts
+    pad_id: int = 0  # text: the tokenizer's pad id (right padding)
 
     @property
     def n(self) -> int:
@@ -75,6 +76,43 @@ def to_unit_range(x: torch.Tensor, max_value: float) -> torch.Tensor:
     return (x.float() / max_value) * 2.0 - 1.0
 
 
+TEST_CAP = 2000  # test examples kept when a run asks for a training subset (`RunConfig.train_size`)
+
+
+def stratified_subset(y: torch.Tensor, k: int, *, seed: int = 54321) -> torch.Tensor:
+    """Sorted indices of a fixed subset of k examples with the label proportions of ``y`` (N,).
+
+    Fixed by a constant seed, not the run's, so runs of every seed train on the same examples; which
+    examples are kept depends only on the labels' order, so choosing them reads nothing private beyond
+    the class counts the dataset's catalogue entry publishes anyway.
+    """
+    if k >= len(y):
+        return torch.arange(len(y))
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(y), generator=g)
+    counts = torch.bincount(y)
+    quota = torch.floor(counts.double() * k / len(y)).long()
+    quota[torch.argsort(-(counts.double() * k / len(y) - quota))[: k - int(quota.sum())]] += 1
+    taken, keep = torch.zeros_like(counts), []
+    for i in order.tolist():
+        c = int(y[i])
+        if taken[c] < quota[c]:
+            taken[c] += 1
+            keep.append(i)
+    return torch.tensor(sorted(keep))
+
+
+def subset(bundle: Bundle, train_size: int) -> Bundle:
+    """``bundle`` with `stratified_subset` of its training split and at most `TEST_CAP` test examples."""
+    tr = stratified_subset(bundle.y_train, train_size)
+    te = stratified_subset(bundle.y_test, TEST_CAP, seed=12345)
+    texts = [bundle.texts_test[i] for i in te.tolist()] if bundle.texts_test is not None else None
+    return Bundle(bundle.name, bundle.x_train[tr], bundle.y_train[tr], bundle.x_test[te], bundle.y_test[te],
+                  bundle.num_classes, modality=bundle.modality, classes=bundle.classes, texts_test=texts,
+                  pad_id=bundle.pad_id)
+
+
 def load(cfg) -> Bundle:
-    """Load the dataset named by ``cfg.dataset`` (an entry of `dpviz.catalog`)."""
-    return catalog.dataset(cfg.dataset).load(cfg)
+    """Load the dataset named by ``cfg.dataset`` (an entry of `dpviz.catalog`), cut to ``cfg.train_size``."""
+    bundle = catalog.dataset(cfg.dataset).load(cfg)
+    return subset(bundle, cfg.train_size) if getattr(cfg, "train_size", 0) else bundle
