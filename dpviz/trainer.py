@@ -113,10 +113,23 @@ class Loop:
             self.store.save_mask(self.run_id, mask)
 
     def evaluate(self) -> None:
-        acc, loss = engine.evaluate(self.model, self.prep.bundle.x_test, self.prep.bundle.y_test, self.dev)
+        b = self.prep.bundle
+        if any(p.requires_grad for p in self.model.backbone.parameters()):
+            acc, loss = engine.evaluate(self.model, b.x_test, b.y_test, self.dev)
+        else:  # a frozen backbone (LP): the head on the test features, computed again only if it changed
+            acc, loss = engine.evaluate(self.model.head, self._test_features(), b.y_test, self.dev)
         self.last.update(test_accuracy=acc, test_loss=loss)
         self.rec.add(self.step, test_accuracy=acc, test_loss=loss)
         self.rec.flush(self.step)
+
+    def _test_features(self) -> torch.Tensor:
+        """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged
+        (every in-place update of a parameter bumps its version counter)."""
+        key = tuple((id(p), p._version) for p in self.model.backbone.parameters())
+        if getattr(self, "_test_key", None) != key:
+            self._test_feats = engine.backbone_features(self.model, self.prep.bundle.x_test, self.dev)
+            self._test_key = key
+        return self._test_feats
 
     def checkpoint(self) -> None:
         if self.store is None:  # nothing to keep them in, and nothing reads them

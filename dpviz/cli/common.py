@@ -20,6 +20,7 @@ from dataclasses import fields
 
 from ..config import RunConfig, load_config_file
 from ..errors import ConfigError, DpvizError
+from ..tasks import TASKS, task_fields
 
 EXIT_USAGE = 2
 
@@ -49,11 +50,16 @@ def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
             helptext = f"{prm.help}; {helptext}" if prm.help else helptext
         box.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar="V", help=helptext)
     g.add_argument("--config", help="JSON or TOML file of RunConfig fields (flags override it)")
+    g.add_argument("--preset", default=None, metavar="TASK",
+                   help=f"start from a task's fields ({', '.join(TASKS)}; --config and flags override them): "
+                        "real-text is MiniLM on tweets, real-vision EfficientNet-Lite0 on Fashion-MNIST")
 
 
 def config_from_args(args) -> RunConfig:
-    """The run the flags describe: ``--config``'s fields, then every flag given ("none" clears a path)."""
-    d = load_config_file(args.config) if args.config else {}
+    """The run the flags describe: ``--preset``'s fields, ``--config``'s, then every flag given ("none" clears
+    a path)."""
+    d = task_fields(args.preset) if getattr(args, "preset", None) else {}
+    d.update(load_config_file(args.config) if args.config else {})
     d.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
               if getattr(args, f.name, None) is not None})
     for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths

