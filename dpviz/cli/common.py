@@ -111,6 +111,30 @@ class Progress:
             self.bar.close()
 
 
+class SearchProgress:
+    """The bar over an `auto` learning-rate search's trials on public data, before training starts."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.bar = quiet, None
+
+    def __call__(self, k: int, n: int) -> None:
+        if self.quiet:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=n, desc="searching learning rates on public data", file=sys.stderr, unit="trial")
+        self.bar.total = max(self.bar.total, n)  # an edge extension adds trials
+        self.bar.n = k - 1  # called before trial k trains
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.n = self.bar.total
+            self.bar.close()
+            self.bar = None
+
+
 def _bar(cfg, total):
     from tqdm import tqdm
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import switched_off
 from ..errors import ConfigError
-from .common import Progress, config_flags, config_from_args, dump
+from .common import Progress, SearchProgress, config_flags, config_from_args, dump
 
 
 def add_run(sub) -> None:
@@ -111,7 +111,7 @@ def _train(cfg, args) -> dict | None:
     from ..store import Store
 
     cancel = threading.Event()
-    progress = Progress(cfg, args.quiet)
+    progress, search = Progress(cfg, args.quiet), SearchProgress(args.quiet)
 
     def on_sigint(signum, frame):
         cancel.set()
@@ -122,7 +122,11 @@ def _train(cfg, args) -> dict | None:
     early = ahead.start(cfg)  # σ and the ε curve in a second process while this one imports torch
     try:
         with idle.training(store.root):  # background analyses of earlier runs wait meanwhile
-            return runner.run(cfg, store=store, force=args.force, progress=progress, cancel=cancel, ahead=early)
+            def step(*a):  # training has begun: the search's bar (if any) is done
+                search.close()
+                progress(*a)
+            return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
+                              search_progress=search)
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None
@@ -130,6 +134,7 @@ def _train(cfg, args) -> dict | None:
         signal.signal(signal.SIGINT, previous)
         if early is not None:
             early.close()
+        search.close()
         progress.close()
 
 
