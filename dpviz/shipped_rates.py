@@ -33,6 +33,10 @@ def key_of(cfg: RunConfig) -> str:
     others = {f for n in strategies.names() for f in strategies.get(n).fields()} - set(cls.fields())
     d = {k: v for k, v in cfg.to_dict().items()
          if k not in _NOT_KEY and k not in others and k not in cls.auto_axes}
+    hashed = json.loads(cfg.to_json(hashed_only=True))  # fields added later count only where they are hashed
+    for k in ("max_length", "train_size"):
+        if k not in hashed:
+            d.pop(k, None)
     return json.dumps(d, sort_keys=True)
 
 
