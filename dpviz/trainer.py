@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 
 from . import engine, strategies
@@ -135,6 +136,11 @@ class Loop:
         if self.store is None:  # nothing to keep them in, and nothing reads them
             return
         feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
+        texts = self.prep.bundle.eval_texts(self.cfg.eval_subset)
+        if texts is not None:  # text: the embedding maps' hover (private data, as the features are)
+            feats["texts"] = np.array(texts, dtype=str)
+        if self.prep.bundle.classes:
+            feats["class_names"] = np.array(self.prep.bundle.classes, dtype=str)
         self.store.save_features(self.run_id, self.step, feats)
         self.store.save_weights(self.run_id, self.step, self.strategy.state_dict(self.model))
         if self.on_checkpoint:

@@ -66,7 +66,8 @@ def render_map():
     if st.session_state.pop("_fd_map_waiting", False):
         st.rerun()  # all landed: redraw once without the timer, so the map's slider is not reset every second
     frames = results.embedding_frames(maps)
-    fig = figures.analyses.embedding_map(frames, labels[run_id], method)
+    texts, names = results.feature_texts(store, run_id, steps[-1])  # text tasks: hover shows the text
+    fig = figures.analyses.embedding_map(frames, labels[run_id], method, texts=texts, classes_named=names)
     st.plotly_chart(fig, key="fd_map")
     runs.render_export(fig, results.embedding_table(frames), [store.get_run(run_id)["config"]], "dpviz_feature_map",
                        "exp-map", private=True)

@@ -48,14 +48,26 @@ def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figu
     return fig.update_yaxes(tick0=0, dtick=1)
 
 
-def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: str, method: str) -> go.Figure:
-    """Scatter of 2-D maps per checkpoint, coloured by class, with a step slider that animates them."""
+def embedding_map(frames: list[tuple[int, np.ndarray, np.ndarray]], title_run: str, method: str,
+                  texts: list[str] | None = None, classes_named: tuple[str, ...] | None = None) -> go.Figure:
+    """Scatter of 2-D maps per checkpoint, coloured by class, with a step slider that animates them.
+
+    ``texts``: for a text task, the evaluation subset's texts (one per point, in the maps' order), shown
+    on hover (cut to 200 characters); ``classes_named``: the label names, for the legend.
+    """
     classes = sorted({int(c) for _, _, lab in frames for c in lab})
     palette = CLASS_COLORS
+    shown = np.array([t if len(t) <= 200 else t[:199] + "…" for t in texts], dtype=object) if texts else None
+
+    def name(c):
+        return f"class {c}: {classes_named[c]}" if classes_named and c < len(classes_named) else f"class {c}"
 
     def traces(coords, labels):
-        return [go.Scatter(x=coords[labels == c, 0], y=coords[labels == c, 1], mode="markers", name=f"class {c}",
-                           marker=dict(size=5, color=palette[c % len(palette)], opacity=0.8)) for c in classes]
+        return [go.Scatter(x=coords[labels == c, 0], y=coords[labels == c, 1], mode="markers", name=name(c),
+                           marker=dict(size=5, color=palette[c % len(palette)], opacity=0.8),
+                           **(dict(hovertext=shown[labels == c], hoverinfo="text")
+                              if shown is not None and len(shown) == len(labels) else {}))
+                for c in classes]
 
     step0, c0, l0 = frames[-1]
     fig = go.Figure(data=traces(c0, l0), frames=[go.Frame(data=traces(c, l), name=str(s)) for s, c, l in frames])

@@ -12,7 +12,8 @@ profile). Every public name is re-exported here: ``results.curves(...)``.
 
 from __future__ import annotations
 
-from .analyses import (analysis_curves, cached_analysis, embedding_frames, embedding_table, knn_dip_reading,
+from .analyses import (analysis_curves, cached_analysis, embedding_frames, embedding_table, feature_texts,
+                       knn_dip_reading,
                        law_reading, law_series, law_table, layer_table)
 from .curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
                         curvature_table)
@@ -22,7 +23,7 @@ from .sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_
 
 __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis_curves", "batch_prediction_reading",
            "best_run_reading", "budget_reading", "cached_analysis", "caption", "curvature_reading", "curvature_table",
-           "curves", "embedding_frames", "embedding_table", "final_table", "group_key", "knn_dip_reading",
+           "curves", "embedding_frames", "embedding_table", "feature_texts", "final_table", "group_key", "knn_dip_reading",
            "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of", "profile_table",
            "run_label", "runs_of", "seed_bands", "shown_runs", "sparse_mask", "sparse_verdict", "step_time_ms",
            "step_time_reading", "stored_ids", "switch_step"]

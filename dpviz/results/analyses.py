@@ -99,6 +99,18 @@ def embedding_frames(maps: list[dict]) -> list[tuple]:
     return [(m["step"], np.asarray(m["coords"]), np.asarray(m["labels"])) for m in maps]
 
 
+def feature_texts(store: Store, run_id: str, step: int) -> tuple[list[str] | None, tuple[str, ...] | None]:
+    """A text run's evaluation texts and class names as its checkpoint at ``step`` stored them; (None,
+    None) for an image run. The texts are private records: shown only under the private-data notice."""
+    try:
+        feats = store.load_features(run_id, step)
+    except Exception:  # noqa: BLE001 - a missing or damaged checkpoint: the map simply has no hover text
+        return None, None
+    texts = feats.get("texts")
+    names = feats.get("class_names")
+    return (texts.tolist() if texts is not None else None), (tuple(names.tolist()) if names is not None else None)
+
+
 def embedding_table(frames: list[tuple]) -> pd.DataFrame:
     """The points of `embedding_frames` as one long table: step, x, y, label."""
     return pd.DataFrame([{"step": s, "x": c[0], "y": c[1], "label": int(lab)}
