@@ -1,9 +1,10 @@
 """Real image datasets, read from local files in the format their authors distribute.
 
-Nothing is downloaded: ``cfg.data_dir`` must already hold the files.
+Nothing is downloaded: ``cfg.data_dir`` (or an installed package's folder) must already hold the files.
 
     mnist          <data_dir>/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte
-    fashion-mnist  <data_dir>/FashionMNIST/raw/ with the same four names
+    fashion-mnist  <data_dir>/FashionMNIST/raw/ (or <data_dir>/) with the same four names, each may be
+                   .gz; without a data_dir, Debian's /usr/share/datasets/fashion-mnist/*.gz
     cifar10        <data_dir>/cifar-10-batches-py/{data_batch_1..5,test_batch}
     stl10          <data_dir>/stl10_binary/{train,test}_{X,y}.bin (labelled splits only)
     folder         <data_dir>/{train,test}/<class>/*.png|jpg|..., or <data_dir>/<class>/*
@@ -15,7 +16,9 @@ A missing, empty or unreadable file raises a one-line `ConfigError` on
 
 from __future__ import annotations
 
+import gzip
 import pickle
+import struct
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .. import catalog
 from ..errors import ConfigError
 from . import Bundle, to_unit_range
 
@@ -78,34 +82,71 @@ def _bundle(name: str, train, test, k: int) -> Bundle:
     return Bundle(name, x(train[0]), y(train[1]), x(test[0]), y(test[1]), k)
 
 
-def _mnist(name: str, title: str, folder: str, cfg) -> Bundle:
-    """MNIST-style idx files, read with torchvision's parser."""
-    root = Path(cfg.data_dir)
-    raw = root / folder / "raw"
-    stems = [f"{s}-{kind}" for s in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
-    _require(title, root, [raw / s for s in stems])
-    from torchvision.datasets.mnist import read_image_file, read_label_file  # lazy: torchvision is slow to import
+def _read_idx(path: Path, ndim: int) -> np.ndarray:
+    """An idx file of unsigned bytes (gzipped when its name ends in .gz) as a uint8 array of ``ndim`` dims."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    if len(data) < 4 + 4 * ndim or data[:3] != b"\0\0\x08" or data[3] != ndim:
+        raise ValueError(f"not an idx file of {ndim}-dimensional unsigned bytes (header {data[:4].hex()})")
+    dims = struct.unpack(f">{ndim}I", data[4: 4 + 4 * ndim])
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise ValueError(f"{body.size} bytes after the header, expected {int(np.prod(dims))} for {dims}")
+    return body.reshape(dims).copy()  # writable (torch refuses to share a read-only buffer)
 
+
+def _idx_files(raw: Path, title: str, root: Path, gz: bool) -> list[Path]:
+    """The four idx files in ``raw`` (train images, train labels, test images, test labels), each
+    uncompressed or, where ``gz``, gzipped; `_require` raises for a missing one."""
+    stems = [f"{s}-{kind}" for s in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+    paths = [raw / s for s in stems]
+    if gz:
+        paths = [p if p.is_file() or not Path(f"{p}.gz").is_file() else Path(f"{p}.gz") for p in paths]
+    _require(title, root, paths)
+    return paths
+
+
+def _mnist(name: str, title: str, raw: Path, root: Path, *, gz: bool = False,
+           classes: tuple[str, ...] | None = None) -> Bundle:
+    """MNIST-style idx files in ``raw`` (``root``: the folder given, for errors)."""
+    paths = _idx_files(raw, title, root, gz)
     splits = []
-    for s in ("train", "t10k"):
-        xp, yp = raw / f"{s}-images-idx3-ubyte", raw / f"{s}-labels-idx1-ubyte"
+    for xp, yp in (paths[:2], paths[2:]):
         with _reading(xp, f"an idx image file of {title}"):
-            x = read_image_file(str(xp))  # (N, 28, 28) uint8
+            x = _read_idx(xp, 3)  # (N, 28, 28) uint8
             if tuple(x.shape[1:]) != (28, 28):
                 raise ValueError(f"images of {tuple(x.shape[1:])} pixels, expected 28×28")
         with _reading(yp, f"an idx label file of {title}"):
-            y = read_label_file(str(yp)).numpy()
+            y = _read_idx(yp, 1)
             _check_labels(len(x), y, 10)
-        splits.append((x[:, None].numpy(), y))  # (N, 1, 28, 28)
-    return _bundle(name, splits[0], splits[1], 10)
+        splits.append((x[:, None], y))  # (N, 1, 28, 28)
+    b = _bundle(name, splits[0], splits[1], 10)
+    b.classes = classes
+    return b
 
 
 def load_mnist(cfg) -> Bundle:
-    return _mnist("mnist", "MNIST", "MNIST", cfg)
+    root = Path(cfg.data_dir)
+    return _mnist("mnist", "MNIST", root / "MNIST" / "raw", root)
+
+
+FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot")
 
 
 def load_fashion_mnist(cfg) -> Bundle:
-    return _mnist("fashion-mnist", "Fashion-MNIST", "FashionMNIST", cfg)
+    """Fashion-MNIST from ``cfg.data_dir`` (its FashionMNIST/raw/, or the files right in it), else from
+    the catalogue's default folder (Debian's dataset-fashion-mnist: gzipped idx files)."""
+    if cfg is not None and cfg.data_dir:
+        root = Path(cfg.data_dir)
+        nested = root / "FashionMNIST" / "raw"
+        flat = any(root.glob("train-images-idx3-ubyte*")) and not nested.is_dir()
+        raw, title = (root if flat else nested), "Fashion-MNIST"
+    else:
+        root = raw = Path(catalog.dataset("fashion-mnist").default_dir)
+        title = "Fashion-MNIST (Debian's dataset-fashion-mnist: apt install it, or give data_dir)"
+    return _mnist("fashion-mnist", title, raw, root, gz=True, classes=FASHION_CLASSES)
 
 
 class _ArrayUnpickler(pickle.Unpickler):
