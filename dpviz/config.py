@@ -80,7 +80,7 @@ class RunConfig:
         lora_rank: lora only: rank r of the low-rank adapters.
         train_size: 0 (the default): the whole training split; k: a fixed class-stratified subset of k
             training examples (the same for every seed; n = k for the accountant), and the test split
-            cut to at most `TEST_CAP` fixed examples — for real datasets too large for a CPU.
+            cut to a fixed subset of k/4 examples within [200, 1000] — for real datasets too large for a CPU.
         max_length: text datasets only: tokens per example (longer texts are truncated, shorter padded;
             padded positions are masked and contribute nothing to a gradient).
         device: auto (cuda when available), cpu or cuda. Not part of the hash.

@@ -114,11 +114,9 @@ class Loop:
             self.store.save_mask(self.run_id, mask)
 
     def evaluate(self) -> None:
-        b = self.prep.bundle
-        if any(p.requires_grad for p in self.model.backbone.parameters()):
-            acc, loss = engine.evaluate(self.model, b.x_test, b.y_test, self.dev)
-        else:  # a frozen backbone (LP): the head on the test features, computed again only if it changed
-            acc, loss = engine.evaluate(self.model.head, self._test_features(), b.y_test, self.dev)
+        # the head on the test split's features: computed again only when the backbone changed, so a run
+        # whose backbone is frozen (LP) forwards the test split once, not at every evaluation
+        acc, loss = engine.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev)
         self.last.update(test_accuracy=acc, test_loss=loss)
         self.rec.add(self.step, test_accuracy=acc, test_loss=loss)
         self.rec.flush(self.step)

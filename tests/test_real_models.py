@@ -21,7 +21,7 @@ TEXT = dict(dataset="tweets", backbone="minilm", max_length=16, train_size=48, b
 VISION = dict(dataset="fashion-mnist", backbone="efficientnet_lite0", train_size=40, batch_size=16, epochs=1,
               eval_every=3, eval_subset=20, lr_lp=0.5, lr_ft=0.01)
 STRATEGIES = {"lp": {}, "fft": {}, "lp-fft": {"lp_fraction": 0.5}, "partial": {"tune_blocks": 2},
-              "continual": {"switch_step": 2}, "sparse": {"sparsity": 0.1}, "lora": {"lora_rank": 2}}
+              "continual": {"switch_step": 2}, "sparse": {"sparsity": 0.1, "epochs": 3}, "lora": {"lora_rank": 2}}
 
 
 def _cfg(base: dict, strategy: str, **extra) -> RunConfig:
