@@ -121,19 +121,28 @@ class Loop:
         self.rec.add(self.step, test_accuracy=acc, test_loss=loss)
         self.rec.flush(self.step)
 
+    def _backbone_state(self) -> tuple:
+        """Changes whenever a backbone weight does (each in-place update bumps a parameter's version)."""
+        return tuple((id(p), p._version) for p in self.model.backbone.parameters())
+
     def _test_features(self) -> torch.Tensor:
-        """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged
-        (every in-place update of a parameter bumps its version counter)."""
-        key = tuple((id(p), p._version) for p in self.model.backbone.parameters())
-        if getattr(self, "_test_key", None) != key:
+        """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged."""
+        if getattr(self, "_test_key", None) != self._backbone_state():
             self._test_feats = engine.backbone_features(self.model, self.prep.bundle.x_test, self.dev)
-            self._test_key = key
+            self._test_key = self._backbone_state()
         return self._test_feats
+
+    def _layer_features(self) -> dict:
+        """Per-layer features of the evaluation subset, cached as `_test_features` is (LP checkpoints)."""
+        if getattr(self, "_layer_key", None) != self._backbone_state():
+            self._layer_feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
+            self._layer_key = self._backbone_state()
+        return dict(self._layer_feats)
 
     def checkpoint(self) -> None:
         if self.store is None:  # nothing to keep them in, and nothing reads them
             return
-        feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
+        feats = self._layer_features()
         texts = self.prep.bundle.eval_texts(self.cfg.eval_subset)
         if texts is not None:  # text: the embedding maps' hover (private data, as the features are)
             feats["texts"] = np.array(texts, dtype=str)
