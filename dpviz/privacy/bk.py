@@ -15,10 +15,26 @@ is one ordinary weight-gradient product with g scaled by the clip factors c.
 Small parameters (biases, norm affines) have explicit per-sample gradients,
 normed and summed for all layers at once. On a GPU the step issues no host
 sync (README, "DP step ÷ non-private step": where the time goes there).
+The per-layer rules live in `bk_rules`.
 
-Supported layers: Linear (any leading dims), Conv2d (groups = 1), GroupNorm,
-LayerNorm and the ViT's `ClsPos`; `supports(model)` tells whether a model
-only has those among its trainable layers.
+Supported trainable layers: Linear (any leading dims), Conv2d (any groups: depthwise
+convs by one convolution with the batch folded into the groups; timm's `Conv2dSame`,
+whose input is padded as its forward pads it), Embedding (a ghost norm with a one-hot
+a; ``padding_idx`` rows get no gradient; no ``max_norm`` nor ``scale_grad_by_freq``),
+GroupNorm, LayerNorm, the ViT's `ClsPos` and `RowDelta` (over any Conv2d or Linear).
+`supports(model)` tells whether a model only has those among its trainable layers
+(`unsupported(model)` says why not).
+
+Batch statistics mix the examples: a BatchNorm (timm's `BatchNormAct2d` is one) may only
+be frozen, in eval mode with running statistics; one that trains, or uses batch
+statistics while any other layer trains, makes `supports` False, and a keeper raises
+in its forward rather than clip gradients that are not per-sample.
+
+Every trainable layer's input must carry the batch on dim 0. A layer whose input is
+broadcast over the batch (batch size 1 in a batch of B) has only the batch's summed
+gradient, so `BookKeeper.clipped_step` raises for it. HF's BERT-family embeddings do
+this with their default ``position_ids`` of shape (1, T): the model must be called
+with ``position_ids`` expanded to (B, T) when the position table trains.
 """
 
 from __future__ import annotations
@@ -26,107 +42,64 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.autograd.graph import get_gradient_edge
 
 from ..models.rowdelta import RowDelta
 from ..models.vit import ClsPos
+from . import bk_rules as rules
 from . import clipping as clip  # module, not the `clipping` argument below
 
-SUPPORTED = (nn.Linear, nn.Conv2d, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)
+_unfold, _per_sample_affine = rules.unfold, rules.per_sample_affine  # the names they had here
+SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)
+_BN = nn.modules.batchnorm._BatchNorm  # BatchNorm1d/2d/3d, SyncBatchNorm, timm's BatchNormAct2d
 
 
 def _trainable_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
 
 
+def _batch_stats(m: nn.Module) -> bool:
+    """Whether a BatchNorm normalises by the batch's statistics (training mode, or no running ones)."""
+    return m.training or m.running_mean is None
+
+
+def _why_not(m: nn.Module, trains: bool, others_train: bool) -> str | None:
+    """Why book-keeping cannot clip ``m``'s share of the per-sample gradients (None: it can)."""
+    if isinstance(m, _BN):
+        if trains:
+            return "a BatchNorm with trainable parameters (batch statistics mix the examples): freeze it"
+        if others_train and _batch_stats(m):
+            return "a BatchNorm using batch statistics mixes the examples: put it in eval mode (running statistics)"
+        return None
+    if not trains:
+        return None
+    if not isinstance(m, SUPPORTED):
+        return "no book-keeping rule for this layer type"
+    if isinstance(m, nn.Conv2d):
+        if type(m).forward is not nn.Conv2d.forward and not rules.is_tf_same(m):
+            return "a Conv2d subclass with its own forward"
+        if isinstance(m.padding, str) or m.padding_mode != "zeros":
+            return "only numeric zero padding"
+    if isinstance(m, nn.Embedding) and (m.max_norm is not None or m.scale_grad_by_freq):
+        return "max_norm (renormalises the table in the forward) or scale_grad_by_freq (batch counts)"
+    return None
+
+
+def unsupported(model: nn.Module, modes: bool = True) -> list[str]:
+    """One line per layer of ``model`` that book-keeping cannot clip per sample (empty: it can).
+
+    Args:
+        modes: also check the layers' current modes (a BatchNorm in training mode).
+    """
+    trains = {id(m) for m in _trainable_layers(model)}
+    return [f"{name or '<root>'} ({type(m).__name__}): {why}" for name, m in model.named_modules()
+            if (why := _why_not(m, id(m) in trains, modes and bool(trains)))]
+
+
 def supports(model: nn.Module) -> bool:
-    """True when every layer with trainable parameters has a rule here."""
-    return all(isinstance(m, SUPPORTED) and not (isinstance(m, nn.Conv2d) and m.groups != 1)
-               for m in _trainable_layers(model))
-
-
-def _unfold(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, L, C·kh·kw) patches, L output positions.
-
-    A 1×1 convolution without padding needs no copy (its patches are the strided pixels). Otherwise the
-    batch is folded into the channels, (1, B·C, H, W): the same patches in one im2col launch, where
-    PyTorch's CUDA im2col launches one kernel per example.
-    """
-    B, C = a.shape[:2]
-    if layer.kernel_size == (1, 1) and layer.padding == (0, 0):
-        return a[:, :, ::layer.stride[0], ::layer.stride[1]].flatten(2).transpose(1, 2)
-    p = F.unfold(a.reshape(1, B * C, *a.shape[2:]), layer.kernel_size, layer.dilation, layer.padding, layer.stride)
-    return p.reshape(B, C * layer.kernel_size[0] * layer.kernel_size[1], -1).transpose(1, 2)
-
-
-def _sq_rows(x: torch.Tensor) -> torch.Tensor:
-    """Σ_j x_ij² of a (B, n) matrix as one batched product (one launch; pow + sum are two)."""
-    return torch.bmm(x.unsqueeze(1), x.unsqueeze(2)).view(-1)
-
-
-def _matrix_norm2(a: torch.Tensor, g: torch.Tensor):
-    """Per-sample ‖g_iᵀ a_i‖_F² for a (B, T, din), g (B, T, dout), by the cheaper route.
-
-    Returns:
-        the (B,) squared norms, and the per-sample gradients (B, dout, din) when
-        they were formed (the direct route), so the clipped sum reuses them.
-    """
-    T, din, dout = a.shape[1], a.shape[2], g.shape[2]
-    if 2 * T * T < din * dout:  # memory traffic decides on CPU: B·2T² vs B·din·dout floats
-        B = a.shape[0]  # ⟨a aᵀ, g gᵀ⟩ per sample
-        aa, gg = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
-        return torch.bmm(aa.view(B, 1, -1), gg.view(B, -1, 1)).view(-1), None
-    ps = torch.bmm(g.transpose(1, 2), a)  # (B, dout, din)
-    return _sq_rows(ps.flatten(1)), ps
-
-
-GROUPED_MAX = 512  # out × in channels below which per-sample conv grads come from one grouped conv
-
-
-def _conv_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor):
-    """Per-sample squared norms (B,) of a conv's weight gradient, and per-sample grads when formed.
-
-    g: (B, k, H', W') output grads (k may be a subset of the layer's filters). Narrow layers get their
-    per-sample grads (B, k, C·kh·kw) from one convolution with the batch as groups, which never forms the
-    (B, L, C·kh·kw) patch matrix (measured: 2–4× faster there); wide ones use patches and `_matrix_norm2`.
-    """
-    B, C = a.shape[:2]
-    k = g.shape[1]
-    if k * C < GROUPED_MAX:
-        ps = torch.nn.grad.conv2d_weight(a.reshape(1, B * C, *a.shape[2:]), (B * k, C, *layer.kernel_size),
-                                         g.reshape(1, B * k, *g.shape[2:]), layer.stride, layer.padding,
-                                         layer.dilation, groups=B).reshape(B, k, -1)
-        return _sq_rows(ps.flatten(1)), ps
-    return _matrix_norm2(_unfold(layer, a), g.flatten(2).transpose(1, 2))
-
-
-def _normalized(layer, a: torch.Tensor) -> torch.Tensor:
-    if isinstance(layer, nn.GroupNorm):
-        return F.group_norm(a, layer.num_groups, eps=layer.eps)
-    return F.layer_norm(a, layer.normalized_shape, eps=layer.eps)
-
-
-def _per_sample_affine(layer, a, g, y=None):
-    """Per-sample grads of a norm layer's (weight, bias): each (B, C).
-
-    The normalised input x̂ is read back from the output y = w·x̂ + b when every
-    |w| is safely away from 0 (no second normalisation pass), else recomputed. The hooks keep y on a
-    CPU only: on a GPU the check would be a host sync, and recomputing is one kernel like reading back.
-    """
-    w = layer.weight
-    if y is not None and bool((w.abs() > 1e-3).all()):
-        shape = (1, -1) + (1,) * (a.dim() - 2) if isinstance(layer, nn.GroupNorm) else w.shape
-        xh = (y.detach() - layer.bias.reshape(shape)) / w.reshape(shape)
-    else:
-        xh = _normalized(layer, a)
-    if isinstance(layer, nn.GroupNorm):  # channels on dim 1
-        dims = tuple(range(2, a.dim()))
-        return (g * xh).sum(dims), g.sum(dims)
-    dims = tuple(range(1, a.dim() - len(layer.normalized_shape)))  # () for (B, C) inputs: nothing to sum
-    gw, gb = ((g * xh).sum(dims), g.sum(dims)) if dims else (g * xh, g)
-    return gw.flatten(1), gb.flatten(1)
+    """True when every layer with trainable parameters has a rule here and no BatchNorm mixes the batch."""
+    return not unsupported(model)
 
 
 def _unchanged(keep):
@@ -143,7 +116,10 @@ class BookKeeper:
     trainable layer is reduced to its per-sample (B, 2C) gradients by a tensor hook as the backward passes
     it, so neither its input nor its output gradient outlives the backward (peak memory; on a GPU, see
     `early_on_cpu`). Norm layers also keep their output on a CPU, where reading x̂ back from it beats a
-    second normalisation.
+    second normalisation. Every BatchNorm gets a pre-hook that raises when it would use batch statistics.
+
+    Raises:
+        ValueError: ``model`` has a trainable layer without a rule here (`unsupported` lists them).
     """
 
     early_on_cpu = False  # on a CPU the early reduction made glibc return and re-fault memory every step
@@ -151,14 +127,28 @@ class BookKeeper:
 
     def __init__(self, model: nn.Module):
         self.layers = _trainable_layers(model)
+        bad = unsupported(model, modes=False)  # modes can change: BatchNorms are checked as they run
+        if bad:
+            raise ValueError(f"book-keeping cannot clip per sample: {'; '.join(bad)}")
         self.cache: dict[nn.Module, tuple] = {}
         self.early: dict[nn.Module, list | None] = {}  # norm layers reduced in the backward (None: not yet)
         self.handles = [m.register_forward_hook(self._hook) for m in self.layers]
+        self.handles += [m.register_forward_pre_hook(self._bn_guard) for m in model.modules()
+                         if isinstance(m, _BN) and self.layers]
+
+    @staticmethod
+    def _bn_guard(module, inputs):
+        if torch.is_grad_enabled() and _batch_stats(module):
+            raise RuntimeError(f"book-keeping: {module} normalises by batch statistics, which mix the examples "
+                               "(their gradients would not be per-sample): keep every BatchNorm in eval mode, "
+                               "with running statistics, while layers train privately")
 
     def _hook(self, module, inputs, output):
         if not (torch.is_grad_enabled() and module.training and output.requires_grad):
             return
         a, keep = inputs[0].detach(), None
+        if rules.is_tf_same(module):  # the input its convolution sees: (B, C, H + pads, W + pads)
+            a = rules.tf_same_pad(module, a)
         if isinstance(module, (nn.GroupNorm, nn.LayerNorm)):
             if not output.is_cuda:  # y shares the version counter: an in-place op after the layer shows
                 keep = (output.detach(), output._version)
@@ -177,15 +167,31 @@ class BookKeeper:
             h.remove()
         self.cache.clear()
 
-    def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float,
-                     clipping: str = "abadi") -> tuple[torch.Tensor, torch.Tensor]:
+    def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float, clipping: str = "abadi",
+                     batch_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Set ``p.grad`` = Σ_i min(1, C/‖g_i‖)·g_i for every trainable parameter.
+
+        Args:
+            batch_size: B (default: the largest dim 0 among the kept inputs); every kept input must have it.
 
         Returns:
             per-sample gradient norms (B,) and clip factors (B,).
+
+        Raises:
+            RuntimeError: a layer's input was broadcast over the batch (dim 0 of size 1 in a batch of B > 1),
+                so the layer has no per-sample gradients (see the module docstring: BERT's position_ids).
         """
         layers = [m for m in self.layers if m in self.cache]
         cache, self.cache = self.cache, {}
+        B = batch_size if batch_size is not None else max((cache[m][0].shape[0] for m in layers), default=None)
+        for m in layers:
+            if cache[m][0].shape[0] != B:
+                self.early.clear()
+                raise RuntimeError(
+                    f"book-keeping: the input of {m} has {cache[m][0].shape[0]} rows on dim 0 in a batch of {B}: "
+                    "a layer whose input is broadcast over the batch has only the summed gradient, no per-sample "
+                    "ones" + (" (HF BERT-family models pass position_ids of shape (1, T): call the model with "
+                              "position_ids expanded to (B, T))" if isinstance(m, nn.Embedding) else ""))
         grads = list(torch.autograd.grad(loss_sum, [cache[m][1] for m in layers], allow_unused=True))
         early, self.early = self.early, {}
         if None in early.values():
@@ -200,8 +206,10 @@ class BookKeeper:
             n2s += [n2] if n2 is not None else []
             prepared += [(m, state)] if state is not None else []
             blocks += [(p, v) for p, v in vecs if p.requires_grad]
+        if B is not None and any(v.shape[0] != B for _, v in blocks):
+            raise RuntimeError(f"book-keeping: a norm layer's input is not a batch of {B} (broadcast over it?)")
         vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
-        norms = torch.stack(n2s + ([_sq_rows(vec)] if blocks else [])).sum(0).sqrt()
+        norms = torch.stack(n2s + ([rules.sq_rows(vec)] if blocks else [])).sum(0).sqrt()
         factor = clip.clip_factors(norms, clip_norm, clipping)
         for m, state in prepared:
             self._accumulate(m, state, factor)
@@ -216,7 +224,7 @@ class BookKeeper:
         (parameter, tensor) pairs: those are normed and summed for all layers at once."""
         if isinstance(m, nn.Linear):
             a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
-            n2, ps = _matrix_norm2(a3, g3) if m.weight.requires_grad else (None, None)
+            n2, ps = rules.matrix_norm2(a3, g3) if m.weight.requires_grad else (None, None)
             vecs = [(m.bias, g3.sum(1))] if m.bias is not None and m.bias.requires_grad else []
             return n2, (a3, g3, ps) if n2 is not None else None, vecs
         if isinstance(m, RowDelta):
@@ -225,21 +233,23 @@ class BookKeeper:
             else:  # a 2-D gather is ≈ 4× faster than index_select on the last of 3 dims
                 gr = g.reshape(-1, g.shape[-1]).index_select(1, m.rows).reshape(*g.shape[:-1], len(m.rows))
             if m.conv:
-                n2, ps = _conv_norm2(m.base, a, gr)
+                n2, ps = rules.conv_norm2(m.base, a, gr, m.rows)
             else:
                 a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), gr.reshape(gr.shape[0], -1, gr.shape[-1])
-                n2, ps = _matrix_norm2(a3, g3)
+                n2, ps = rules.matrix_norm2(a3, g3)
             b, vecs = m.base.bias, []
             if b is not None and b.requires_grad:
                 vecs = [(b, g.flatten(2).sum(2) if m.conv else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1))]
             return n2, (a, gr, ps), vecs
         if isinstance(m, nn.Conv2d):
-            n2, ps = _conv_norm2(m, a, g) if m.weight.requires_grad else (None, None)
+            n2, ps = rules.conv_norm2(m, a, g) if m.weight.requires_grad else (None, None)
             vecs = [(m.bias, g.flatten(2).sum(2))] if m.bias is not None and m.bias.requires_grad else []
             return n2, (a, g, ps) if n2 is not None else None, vecs
+        if isinstance(m, nn.Embedding):  # a: the ids (B, *)
+            return *rules.embedding_norm2(m, a, g), []
         if isinstance(m, ClsPos):
             return None, None, [(m.cls, g[:, 0]), (m.pos, g.flatten(1))]
-        gw, gb = _per_sample_affine(m, a, g, y)  # GroupNorm / LayerNorm
+        gw, gb = rules.per_sample_affine(m, a, g, y)  # GroupNorm / LayerNorm
         return None, None, [(m.weight, gw), (m.bias, gb)]
 
     @staticmethod
@@ -253,6 +263,8 @@ class BookKeeper:
                 cc = c.view(-1, 1, 1)
                 gs, as_ = (g3 * cc, a3) if g3.shape[-1] <= a3.shape[-1] else (g3, a3 * cc)
                 m.weight.grad = gs.reshape(-1, gs.shape[-1]).T @ as_.reshape(-1, as_.shape[-1])
+        elif isinstance(m, nn.Embedding):
+            m.weight.grad = rules.embedding_sum(m, state, c)
         elif isinstance(m, RowDelta):
             a, gr, ps = state
             if ps is not None:
@@ -263,7 +275,7 @@ class BookKeeper:
             else:
                 g3 = gr.reshape(gr.shape[0], -1, gr.shape[-1]) * c.view(-1, 1, 1)
                 m.delta.grad = g3.reshape(-1, g3.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-        else:  # Conv2d
+        else:  # Conv2d (groups > 1: per-sample grads always formed)
             a, g, ps = state
             if ps is not None:
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.weight.shape)

@@ -72,7 +72,7 @@ class Stepper:
         out = self.forward(x)
         loss_sum = F.cross_entropy(out, y, reduction="sum")
         if self.mode == "bk":
-            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm, clipping)
+            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm, clipping, batch_size=len(y))
             return out, loss_sum, norms
         loss_sum.backward()
         B = len(y)

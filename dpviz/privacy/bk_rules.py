@@ -1,0 +1,153 @@
+"""Per-layer rules of book-keeping (`bk`): from a layer's input a and output gradient g, the per-sample
+squared norms of its weight gradient and what the clipped sum Σ_i c_i ∂ℓ_i/∂W needs.
+
+Each rule returns (norms² (B,), per-sample gradients or None); the per-sample gradients, when a rule forms
+them, are reused by the clipped sum (`bk.BookKeeper._accumulate`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sq_rows(x: torch.Tensor) -> torch.Tensor:
+    """Σ_j x_ij² of a (B, n) matrix as one batched product (one launch; pow + sum are two)."""
+    return torch.bmm(x.unsqueeze(1), x.unsqueeze(2)).view(-1)
+
+
+def unfold(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, L, C·kh·kw) patches, L output positions.
+
+    A 1×1 convolution without padding needs no copy (its patches are the strided pixels). Otherwise the
+    batch is folded into the channels, (1, B·C, H, W): the same patches in one im2col launch, where
+    PyTorch's CUDA im2col launches one kernel per example.
+    """
+    B, C = a.shape[:2]
+    if layer.kernel_size == (1, 1) and layer.padding == (0, 0):
+        return a[:, :, ::layer.stride[0], ::layer.stride[1]].flatten(2).transpose(1, 2)
+    p = F.unfold(a.reshape(1, B * C, *a.shape[2:]), layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+    return p.reshape(B, C * layer.kernel_size[0] * layer.kernel_size[1], -1).transpose(1, 2)
+
+
+def matrix_norm2(a: torch.Tensor, g: torch.Tensor):
+    """Per-sample ‖g_iᵀ a_i‖_F² for a (B, T, din), g (B, T, dout), by the cheaper route.
+
+    Returns:
+        the (B,) squared norms, and the per-sample gradients (B, dout, din) when
+        they were formed (the direct route), so the clipped sum reuses them.
+    """
+    T, din, dout = a.shape[1], a.shape[2], g.shape[2]
+    if 2 * T * T < din * dout:  # memory traffic decides on CPU: B·2T² vs B·din·dout floats
+        B = a.shape[0]  # ⟨a aᵀ, g gᵀ⟩ per sample
+        aa, gg = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+        return torch.bmm(aa.view(B, 1, -1), gg.view(B, -1, 1)).view(-1), None
+    ps = torch.bmm(g.transpose(1, 2), a)  # (B, dout, din)
+    return sq_rows(ps.flatten(1)), ps
+
+
+GROUPED_MAX = 512  # out × in channels below which per-sample conv grads come from one grouped conv
+
+
+def conv_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, rows: torch.Tensor | None = None):
+    """Per-sample squared norms (B,) of a conv's weight gradient, and per-sample grads when formed.
+
+    g: (B, k, H', W') output grads, k = all the layer's filters or the selected ``rows`` (k,) of a
+    `RowDelta`. Narrow layers and every grouped one (groups > 1: depthwise) get their per-sample grads
+    (B, k, C/groups·kh·kw) from one convolution with the batch folded into the groups, which never forms
+    the (B, L, C·kh·kw) patch matrix (measured: 2–4× faster there); wide ones use patches and `matrix_norm2`.
+    """
+    B, C = a.shape[:2]
+    k, G = g.shape[1], layer.groups
+    if G > 1 and rows is not None:  # each selected filter sees its own group's C/G input channels
+        cg = C // G
+        idx = (rows // (layer.out_channels // G) * cg).unsqueeze(1) + torch.arange(cg, device=a.device)
+        a, G = a.index_select(1, idx.flatten()), k  # (B, k·C/G, H, W): now k groups of one filter each
+        C = a.shape[1]
+    if G > 1 or k * C < GROUPED_MAX:
+        ps = torch.nn.grad.conv2d_weight(a.reshape(1, B * C, *a.shape[2:]), (B * k, C // G, *layer.kernel_size),
+                                         g.reshape(1, B * k, *g.shape[2:]), layer.stride, layer.padding,
+                                         layer.dilation, groups=B * G).reshape(B, k, -1)
+        return sq_rows(ps.flatten(1)), ps
+    return matrix_norm2(unfold(layer, a), g.flatten(2).transpose(1, 2))
+
+
+def is_tf_same(layer: nn.Module) -> bool:
+    """timm's `Conv2dSame` (TF 'SAME' padding: its forward pads the input by the input size, then convolves
+    with padding 0), whose hooked input is the unpadded one."""
+    return type(layer).__name__ == "Conv2dSame" and type(layer).__module__.startswith("timm.")
+
+
+def tf_same_pad(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    """The input (B, C, H, W) padded as `Conv2dSame.forward` pads it (timm's `pad_same`)."""
+    pads = []
+    for i, k, s, d in zip(a.shape[-2:], layer.kernel_size, layer.stride, layer.dilation):
+        p = max((math.ceil(i / s) - 1) * s + (k - 1) * d + 1 - i, 0)
+        pads.append((p // 2, p - p // 2))
+    return F.pad(a, (*pads[1], *pads[0]))
+
+
+def embedding_norm2(layer: nn.Embedding, ids: torch.Tensor, g: torch.Tensor):
+    """Per-sample squared norms (B,) of an embedding table's gradient, and the clipped sum's state.
+
+    Sample i's gradient is Σ_t onehot(id_t) g_tᵀ, so its squared norm is Σ_{t,t'} [id_t = id_t'] ⟨g_t, g_t'⟩
+    (the ghost norm with a one-hot a: B·T² floats) or, for small tables (V·D ≤ T²: token types), the norm of
+    the per-sample tables (B, V·D) formed by one index_add. Tokens at ``padding_idx`` give no gradient.
+
+    Args:
+        ids: (B, *) indices; g: (B, *, D) output gradients.
+
+    Returns:
+        the (B,) squared norms and (ids (B, T), g (B, T, D) with padding tokens zeroed, per-sample tables
+        (B, V·D) or None).
+    """
+    B, V, D = ids.shape[0], layer.num_embeddings, g.shape[-1]
+    ids, g = ids.reshape(B, -1), g.reshape(B, -1, D)  # (B, T), (B, T, D)
+    if layer.padding_idx is not None:
+        g = g.masked_fill((ids == layer.padding_idx).unsqueeze(-1), 0)
+    T = ids.shape[1]
+    if V * D <= T * T:  # row b·V + id of a (B·V, D) table
+        rows = (ids + V * torch.arange(B, device=ids.device).unsqueeze(1)).flatten()
+        ps = g.new_zeros(B * V, D).index_add_(0, rows, g.reshape(-1, D)).view(B, -1)
+        return sq_rows(ps), (ids, g, ps)
+    gg = torch.bmm(g, g.transpose(1, 2)).masked_fill_(ids.unsqueeze(2) != ids.unsqueeze(1), 0)  # (B, T, T)
+    return gg.flatten(1).sum(1), (ids, g, None)
+
+
+def embedding_sum(layer: nn.Embedding, state, c: torch.Tensor) -> torch.Tensor:
+    """Σ_i c_i ∂ℓ_i/∂E (V, D): one index_add of the scaled output gradients into the rows of their ids."""
+    ids, g, ps = state
+    if ps is not None:
+        return (c @ ps).view(layer.weight.shape)
+    gs = (g * c.view(-1, 1, 1)).reshape(-1, g.shape[-1])  # (B·T, D)
+    return g.new_zeros(layer.weight.shape).index_add_(0, ids.flatten(), gs)
+
+
+def normalized(layer, a: torch.Tensor) -> torch.Tensor:
+    if isinstance(layer, nn.GroupNorm):
+        return F.group_norm(a, layer.num_groups, eps=layer.eps)
+    return F.layer_norm(a, layer.normalized_shape, eps=layer.eps)
+
+
+def per_sample_affine(layer, a, g, y=None):
+    """Per-sample grads of a norm layer's (weight, bias): each (B, C).
+
+    The normalised input x̂ is read back from the output y = w·x̂ + b when every
+    |w| is safely away from 0 (no second normalisation pass), else recomputed. The hooks keep y on a
+    CPU only: on a GPU the check would be a host sync, and recomputing is one kernel like reading back.
+    """
+    w = layer.weight
+    if y is not None and bool((w.abs() > 1e-3).all()):
+        shape = (1, -1) + (1,) * (a.dim() - 2) if isinstance(layer, nn.GroupNorm) else w.shape
+        xh = (y.detach() - layer.bias.reshape(shape)) / w.reshape(shape)
+    else:
+        xh = normalized(layer, a)
+    if isinstance(layer, nn.GroupNorm):  # channels on dim 1
+        dims = tuple(range(2, a.dim()))
+        return (g * xh).sum(dims), g.sum(dims)
+    dims = tuple(range(1, a.dim() - len(layer.normalized_shape)))  # () for (B, C) inputs: nothing to sum
+    gw, gb = ((g * xh).sum(dims), g.sum(dims)) if dims else (g * xh, g)
+    return gw.flatten(1), gb.flatten(1)
