@@ -100,3 +100,23 @@ def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts(tmp_path
     assert len(feats["texts"]) == len(feats["labels"]) == 20
     assert list(feats["class_names"]) == ["negative", "positive"]
     assert len([k for k in feats if k.startswith("layer_")]) == 7  # embeddings + 6 layers, pooled
+
+
+def test_auto_rates_for_a_real_text_task_are_searched_on_its_public_stand_in_only(tmp_path, monkeypatch):
+    """The search's trials train on dpviz's public phrases; reading the private tweets fails the test."""
+    from dpviz import autotune, catalog
+    from dpviz.data import corpora
+
+    def no_private(*a, **k):
+        raise AssertionError("the learning-rate search read the private tweets")
+
+    monkeypatch.setattr(corpora, "read_tweets", no_private)
+    cfg = _cfg(TEXT, "lp").replace(lr_lp="auto", train_size=32, max_length=12)
+    assert catalog.dataset(cfg.dataset).proxy == "phrases-sentiment"
+    study, done = autotune.search(cfg, ("lr_lp",), cache_dir=tmp_path, trials=2)
+    assert len(done) == 2
+    from dpviz.store import Store
+
+    runs = Store(tmp_path).list_runs()  # every kind: the search's own runs
+    assert len(runs) == 2 and {r["config"]["dataset"] for r in runs} == {"phrases-sentiment"}
+    assert {r["kind"] for r in runs} == {"search"}
