@@ -7,7 +7,7 @@ import math
 import streamlit as st
 
 from dpviz import autotune, calibration, strategies
-from dpviz import catalog
+from dpviz import catalog, tasks
 from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, RunConfig
 from dpviz.errors import DpvizError
 
@@ -144,6 +144,42 @@ def _lr_widget(box, field: str):
     return AUTO if auto else value
 
 
+FORM_KEYS = {"batch_size": "f_batch", "clip_norm": "f_clip"}  # the others: f_<field>
+
+
+def _load_task(name: str) -> None:
+    """Button callback: the task's fields become the form's (the widgets redraw from them); the rest resets."""
+    defaults = st.session_state.setdefault("_form_defaults", {})
+    for key in [k for k in st.session_state if str(k).startswith("f_")]:
+        del st.session_state[key]
+    defaults.clear()
+    st.query_params.clear()  # the form's old fields must not come back from the URL
+    for field, value in tasks.task_fields(name).items():
+        defaults[FORM_KEYS.get(field, f"f_{field}")] = value
+
+
+def render_task_picker() -> None:
+    """Buttons that fill the form with a task: the built-in default, or a real pretrained model on real data."""
+    cols = st.columns(len(tasks.TASKS) + 1)
+    cols[0].markdown("**Start from a task:**")
+    for col, (name, task) in zip(cols[1:], tasks.TASKS.items()):
+        col.button(name, key=f"task_{name}", on_click=_load_task, args=(name,), help=task.label,
+                   use_container_width=True)
+
+
+def _size_widgets(dataset: str) -> dict:
+    """The training subset (any dataset) and, for text, the tokens per example."""
+    text = catalog.DATASETS[dataset].modality == "text"
+    c1, c2, _ = st.columns([1, 1, 2])
+    size = int(c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
+                               key="f_train_size", help="a fixed class-stratified subset of this many training "
+                               "examples, the same for every seed (n for the accountant)"))
+    length = int(c2.number_input("tokens per text", None, None, _default("f_max_length", D["max_length"].default),
+                                 8, key="f_max_length", disabled=not text,
+                                 help="text: longer texts are cut, shorter ones padded (padding is masked)"))
+    return {"train_size": size, **({"max_length": length} if text else {})}
+
+
 def _training_widgets(strategy: str) -> dict:
     """Shared training fields, and the learning rates the strategy declares."""
     lrs = strategies.get(strategy).lr_fields
@@ -173,9 +209,11 @@ def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
     ``cache_dir``: the store whose proxy searches answer "auto" learning rates.
     """
     st.session_state[_URL] = {}
+    render_task_picker()
     privacy = _privacy_widgets()
     strategy = _strategy_widgets()
-    fields = {**privacy, **strategy, **_model_widgets(), **_training_widgets(strategy["strategy"])}
+    model = _model_widgets()
+    fields = {**privacy, **strategy, **model, **_size_widgets(model["dataset"]), **_training_widgets(strategy["strategy"])}
     _write_url()
     try:
         cfg = RunConfig(**fields)

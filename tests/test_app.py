@@ -409,3 +409,23 @@ def test_search_runs_are_never_a_default_selection_and_the_runs_table_shows_them
     assert set(at.dataframe[-1].value["run_id"]) == {mine}
     at.toggle(key="runs_show_search").set_value(True).run()
     assert set(at.dataframe[-1].value["run_id"]) == {mine, *searched}
+
+
+def test_the_form_offers_the_real_tasks_and_a_task_button_fills_it(app_env):
+    """The run form lists the real datasets and backbones; "real-text" fills it with MiniLM on tweets, and the
+    preview (n, σ) is the 4,000-tweet subset's, computed without loading a model."""
+    at = open_page("pages/runs.py")
+    offered = {o.split(" — ")[0] for o in at.selectbox(key="f_dataset").options}
+    assert {"tweets", "bbc-news", "fashion-mnist", "text-csv", "text-folder"} <= offered
+    assert {"minilm", "hf", "efficientnet_lite0"} <= {o.split(" — ")[0] for o in at.selectbox(key="f_backbone").options}
+    assert at.number_input(key="f_max_length").disabled  # digits: no tokens
+    at.button(key="task_real-text").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="f_dataset").value == "tweets" and at.selectbox(key="f_backbone").value == "minilm"
+    assert at.number_input(key="f_train_size").value == 4000 and at.number_input(key="f_max_length").value == 48
+    assert not at.number_input(key="f_max_length").disabled
+    assert "q = B/n = 0.064 over 48 steps" in at.info[0].value, at.info[0].value  # 256 / 4,000, 3 epochs
+    at.selectbox(key="f_backbone").set_value("cnn").run()  # an image backbone for text: one line naming it
+    assert at.error and "backbone" in at.error[0].value and "minilm" in at.error[0].value
+    at.button(key="task_default").click().run()
+    assert at.selectbox(key="f_dataset").value == "digits" and at.number_input(key="f_train_size").value == 0
