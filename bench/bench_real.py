@@ -18,7 +18,7 @@ import time
 from common import CACHE
 import dpviz
 from dpviz.config import RunConfig
-from dpviz.tasks import task_fields
+from dpviz import tasks
 
 
 def frozen_reference(base: RunConfig) -> tuple[float, float]:
@@ -55,10 +55,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--train-size", type=int, default=None)
     args = ap.parse_args()
-    fields = task_fields(args.task)
-    if args.train_size is not None:
-        fields["train_size"] = args.train_size
-    base = RunConfig.from_dict(fields)
+    base = tasks.config(args.task, **({} if args.train_size is None else {"train_size": args.train_size}))
     acc, secs = frozen_reference(base)
     print(f"task {args.task}: {base.dataset} on {base.backbone}, n = {base.train_size or 'all'}, "
           f"B = {base.batch_size}, {base.epochs} epochs" + (f", {base.max_length} tokens" if base.dataset in

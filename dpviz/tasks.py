@@ -11,7 +11,8 @@ use real pretrained weights and real data that installed packages ship (nothing 
 Sizes, lengths and epochs are chosen so that on a 2-core CPU DP-LP finishes in under 30 s and DP-FFT /
 DP-LP-FFT of the real-text task in under 5 minutes (README, "Real models"); ``--train-size 0`` trains
 on the whole training split (a GPU's setting). A task is a set of `RunConfig` fields: ``run --preset
-real-text`` starts from them, flags and ``--config`` override them. Pure data: no torch, no loading.
+real-text`` starts from them, flags and ``--config`` override them; from Python, `config` does the same.
+No torch, no loading.
 """
 
 from __future__ import annotations
@@ -62,3 +63,20 @@ def task(name: str) -> Task:
 def task_fields(name: str) -> dict:
     """The `RunConfig` fields of task ``name`` (a copy)."""
     return dict(task(name).fields)
+
+
+def with_task(name: str, given: dict) -> dict:
+    """Config fields: task ``name``'s, then ``given`` over them; a task field the chosen strategy ignores
+    (the public data of ``continual``) is dropped, a given one is kept (and refused if ignored)."""
+    from .config import without_unread
+
+    preset = task_fields(name)
+    d = {**preset, **given}
+    return {**d, **{k: v for k, v in without_unread(d).items() if k in preset and k not in given}}
+
+
+def config(name: str, **changes):
+    """The `RunConfig` of task ``name`` with ``changes`` (e.g. ``config("real-text", strategy="lp")``)."""
+    from .config import RunConfig
+
+    return RunConfig.from_dict(with_task(name, changes))

@@ -27,13 +27,13 @@ PKG = ROOT / "dpviz"
 
 LAYERS = [
     ("leaves", ["errors", "optim", "idle", "safefile", "catalog", "artifacts", "storecheck", "runfiles", "owners",
-                "storeschema", "tasks",
+                "storeschema",
                 "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
                 "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
                 "audit.bounds", "audit.readings"]),
     ("mechanisms", ["privacy", "models", "data", "lora", "sparse", "curvature", "audit.canaries",
                     "theory.overlay", "theory"]),
-    ("declarations", ["fields", "strategies", "config"]),
+    ("declarations", ["fields", "strategies", "config", "tasks"]),
     ("run core", ["calibration", "engine", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
     ("store and studies", ["store", "journal", "trials", "sweeps"]),
     ("policy", ["shipped_rates", "proxy_search", "autotune"]),

@@ -120,3 +120,18 @@ def test_auto_rates_for_a_real_text_task_are_searched_on_its_public_stand_in_onl
     runs = Store(tmp_path).list_runs()  # every kind: the search's own runs
     assert len(runs) == 2 and {r["config"]["dataset"] for r in runs} == {"phrases-sentiment"}
     assert {r["kind"] for r in runs} == {"search"}
+
+
+def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
+    """The run form's preview of a real task (σ, q, steps) reads the catalogue, not the model or the data."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from dpviz import calibration, tasks; from dpviz.config import RunConfig\n"
+            "for t in ('real-text', 'real-vision'):\n"
+            "    p = calibration.preview(tasks.config(t).fixed_rates())\n"
+            "    assert p['n_train'] == 4000 and p['total_steps'] == 48, p\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

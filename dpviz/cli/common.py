@@ -18,9 +18,9 @@ import math
 import sys
 from dataclasses import fields
 
-from ..config import RunConfig, load_config_file, without_unread
+from ..config import RunConfig, load_config_file
 from ..errors import ConfigError, DpvizError
-from ..tasks import TASKS, task_fields
+from ..tasks import TASKS, with_task
 
 EXIT_USAGE = 2
 
@@ -58,13 +58,10 @@ def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
 def config_from_args(args) -> RunConfig:
     """The run the flags describe: ``--preset``'s fields, ``--config``'s, then every flag given ("none" clears
     a path)."""
-    preset = task_fields(args.preset) if getattr(args, "preset", None) else {}
-    given = load_config_file(args.config) if args.config else {}
-    given.update({f.name: getattr(args, f.name) for f in fields(RunConfig)
-                  if getattr(args, f.name, None) is not None})
-    d = {**preset, **given}
-    if preset:  # a preset's field the chosen strategy ignores (continual's public data) is dropped; yours count
-        d.update({k: v for k, v in without_unread(d).items() if k in preset and k not in given})
+    d = load_config_file(args.config) if args.config else {}
+    d.update({f.name: getattr(args, f.name) for f in fields(RunConfig) if getattr(args, f.name, None) is not None})
+    if getattr(args, "preset", None):  # the task's fields first; a task field the strategy ignores is dropped
+        d = with_task(args.preset, d)
     for k, v in list(d.items()):  # flags arrive as strings; "none" clears optional paths
         if isinstance(v, str) and v.lower() in ("none", "null") and k in ("data_dir", "weights"):
             d[k] = None
