@@ -46,22 +46,22 @@ def _jobs_signature(jobs) -> tuple:
 def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None:
     """Progress, cancel and growing curves of this server's runs (``job_ids``: only those), redrawn every
     second. Each job says what it waits for: its place in the queue, preparing, the learning-rate search's
-    trial k of n, or training step of total. When a run is stored or ends, the whole page reruns, so its
-    tables and counts show it within a second."""
+    trial k of n, or training step of total. When a job of this server changes its run or status, the whole
+    page reruns, so its tables and counts show it within a second (runs of other processes: the sidebar's
+    watcher, `layout.page_setup`)."""
     jm = state.job_manager()
 
     def chosen():
         jobs = [j for j in jm.jobs.values() if job_ids is None or j.job_id in job_ids]
         return sorted(jobs, key=lambda j: -j.job_id)[:6 if job_ids is None else None]
 
-    store = state.store()
-    seen = (_jobs_signature(jm.jobs.values()), store.signature())  # runs of other processes count too
+    seen = _jobs_signature(jm.jobs.values())
 
     @st.fragment(run_every=1.0)
     def live():
         jobs = chosen()
-        if (_jobs_signature(jm.jobs.values()), store.signature()) != seen:
-            st.rerun()  # a run was stored or ended, here or elsewhere: redraw the page's tables and the sidebar
+        if _jobs_signature(jm.jobs.values()) != seen:
+            st.rerun()  # a job was stored or ended: redraw the page's tables and the sidebar
         if not jobs:
             if job_ids is None:
                 st.caption("No run launched from this server yet: launch one above, or open stored runs below.")
