@@ -29,7 +29,7 @@ def walk(page, url: str, strategy: str, timeout_s: float = 600) -> list[tuple[st
     page.get_by_role("button", name="Launch run").click(timeout=60_000)
     t0, seen = time.perf_counter(), []
     while time.perf_counter() - t0 < timeout_s:
-        texts = page.locator('[data-testid="stProgress"]').all_inner_texts()
+        texts = page.locator('.dpviz-progress[role="progressbar"]').all_inner_texts()
         now = time.perf_counter() - t0
         mine = [t for t in texts if f"· {strategy} " in t]
         state = STATE.search(mine[0]).group(1).strip() if mine and STATE.search(mine[0]) else "(no progress line)"

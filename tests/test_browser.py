@@ -45,6 +45,11 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
             grown = plot_points(page, 1)
             time.sleep(0.5)
         assert grown >= 3, "the live accuracy chart never grew"
+        bar = page.locator('.dpviz-progress[role="progressbar"]').first  # the run's bar, in lp-fft's colour
+        assert 0 <= int(bar.get_attribute("aria-valuenow")) <= 100
+        assert " · lp-fft ε=1.5 · " in bar.inner_text() and bar.get_attribute("aria-valuetext") == bar.inner_text()
+        fill = bar.evaluate("b => getComputedStyle(b.lastElementChild.firstElementChild).backgroundColor")
+        assert fill == "rgb(0, 158, 115)", fill  # Okabe–Ito bluish green, as lp-fft's curves
         run = Store(cache_dir).list_runs()[0]
         assert run["config"]["epsilon"] == 1.5 and run["config"]["lp_fraction"] == 0.5
     # A deep link as the very first request of a fresh server opens Compare with the shared sidebar.
