@@ -409,3 +409,15 @@ def test_search_runs_are_never_a_default_selection_and_the_runs_table_shows_them
     assert set(at.dataframe[-1].value["run_id"]) == {mine}
     at.toggle(key="runs_show_search").set_value(True).run()
     assert set(at.dataframe[-1].value["run_id"]) == {mine, *searched}
+
+
+def test_the_form_warns_when_a_shipped_auto_rate_sits_at_an_end_of_its_range(app_env):
+    """DP-FFT at ε = 20 takes the shipped grid's rate at the top of lr_ft's range: the form says so before
+    launch, in the words of the search path; at ε = 1 it does not."""
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_strategy").set_value("fft").run()
+    assert not [w for w in at.warning if "range searched" in w.value]
+    at.select_slider(key="f_epsilon").set_value(20.0).run()
+    edge = [w.value for w in at.warning if "range searched" in w.value]
+    assert edge and "lr_ft = 0.3 is at the top of the range searched (0.001–0.3)" in edge[0]
+    assert "shipped grid" in edge[0] and [b for b in at.button if b.key == "launch"]  # a warning, not a block
