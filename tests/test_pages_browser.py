@@ -26,12 +26,13 @@ WIDTH, HEIGHT = 1400, 1000
 # What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
 FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
     const svg = p.querySelector('svg.main-svg');
-    const sr = svg ? svg.getBoundingClientRect() : {left: 0, width: 0};
+    const sr = svg ? svg.getBoundingClientRect() : {left: 0, top: 0, width: 0};
     const titles = [...p.querySelectorAll('.gtitle')].map(t => {
         const r = t.getBoundingClientRect();
         let len = 0;
         try { len = t.getComputedTextLength(); } catch (e) {}
-        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, width: r.width, text_len: len};
+        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, top: r.top - sr.top,
+                width: r.width, text_len: len};
     });
     const data = (p._fullData || []).filter(t => t.visible === true);
     const names = data.map(t => t.name || '');
@@ -80,11 +81,13 @@ def full_page_screenshot(page, path: Path) -> None:
 
 
 def clipped_titles(fig: dict) -> list[str]:
-    """A title whose drawn text starts left of its figure's SVG or ends right of it is cut off there."""
+    """A title whose drawn text starts left of its figure's SVG, ends right of it or starts above it is cut off
+    there."""
     if not fig["svg_width"]:  # not displayed (a closed expander or another tab): nothing to measure
         return []
     return [f"title {t['text']!r} spans {t['left']:.0f}…{t['right']:.0f} px of a {fig['svg_width']:.0f} px figure"
-            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1
+            f" from {t['top']:.0f} px under its top"
+            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1 or t["top"] < -1
             or ("<br>" not in fig["title"] and t["width"] + 1 < t["text_len"])]  # a wrapped title sums its lines
 
 
