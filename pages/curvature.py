@@ -40,14 +40,16 @@ if not labels:
     st.stop()
 chosen = st.multiselect("runs", list(labels), default=list(labels)[:2], format_func=labels.get, key="cu_runs")
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
+waiting = live or analyses.queue_missing(results.curvature_table(store, chosen).attrs["missing"])
 
 
-@st.fragment(run_every=2.0 if live else None)
+@st.fragment(run_every=analyses.every(waiting))
 def render_curvature():
     df = results.curvature_table(store, chosen)
-    analyses.queue_missing(df.attrs["missing"])
+    analyses.settled(waiting, live or analyses.queue_missing(df.attrs["missing"]))
     if df.empty:
-        st.info("Curvature is being computed in the background…")
+        st.info("Choose runs above." if not chosen else "Curvature is being computed in the background (about a "
+                "minute per checkpoint)… it appears here by itself.")
         return
     configs = [store.get_run(r)["config"] for r in chosen]
     cols = st.columns(2)

@@ -107,9 +107,11 @@ def slug(title: str) -> str:
 
 @pytest.fixture(scope="module")
 def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
-    """Make a store of a few small real runs, then visit every page once and record what it drew."""
+    """Make a store of a few small real runs and a small study for each page that draws one (a search, a budget
+    sweep, a sparse profile), then visit every page once and record what it drew."""
     import dpviz
     from dashboard.layout import PAGES
+    from dpviz import sweeps
     from dpviz.analyses.service import analyze
     from dpviz.config import RunConfig
     from dpviz.store import Store
@@ -124,6 +126,16 @@ def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
         for step in Store(cache_dir).feature_steps(s["run_id"]):
             for name in ("knn", "separability"):
                 analyze(Store(cache_dir), s["run_id"], name, step=step)
+    fast = dict(epochs=2, batch_size=512, eval_every=50)  # a study of each page that draws one (≈ 25 s in all)
+    studies = [sweeps.create_search(RunConfig(strategy="lp-fft", epsilon=2.0, **fast), {"lr_lp": [0.05, 5.0],
+                                    "lr_ft": [0.001, 0.3]}, trials=5, proxy="glyphs", cache_dir=cache_dir),
+               sweeps.create_budget_sweep(RunConfig(**fast), sweeps.budget_grid(epsilons=["1", "8"],
+                                          fractions=[0.0, 0.5, 1.0], seeds=[0]), cache_dir=cache_dir),
+               sweeps.create_grid_sweep("sparse", RunConfig(strategy="sparse", **{**fast, "epochs": 3}),
+                                        sweeps.sparse_points(epsilons=["2"], sparsities=[0.2], seeds=[0],
+                                                             selections=["sparta", "bias"]), cache_dir=cache_dir)]
+    for study in studies:
+        sweeps.work(study, run=dpviz.run, cache_dir=cache_dir)
     shots, seen = screenshot_dir(), {}
     with browser() as b, server(cache_dir, shots / "server.log") as url:
         page = b.new_page(viewport={"width": WIDTH, "height": HEIGHT})

@@ -209,6 +209,18 @@ def test_stored_ids_and_runs_of_skip_deleted_and_other_strategies(tmp_path):
     assert [r["run_id"] for r in results.runs_of(store, "continual", finished_only=True)] == [ids[0]]
 
 
+def test_pickers_offer_the_users_own_runs_first_then_their_sweeps_trials(tmp_path):
+    """A sweep's trials newer than the user's runs do not push them out of a page's default (its first few)."""
+    store = Store(tmp_path)
+    made = []
+    for kind, seed in (("user", 0), ("trial", 1), ("user", 2), ("trial", 3), ("trial", 4)):
+        c = RunConfig(strategy="continual", seed=seed)
+        made.append(store.create_run(c.hash(), c.to_json(), 10, kind=kind))
+    order = [r["run_id"] for r in results.offered(results.shown_runs(store))]
+    assert order == [made[2], made[0], made[4], made[3], made[1]]
+    assert [r["run_id"] for r in results.runs_of(store, "continual")] == order
+
+
 def test_embedding_table_flattens_frames():
     import numpy as np
 

@@ -59,7 +59,7 @@ def tuning_figure(study: optuna.Study, kind: str) -> go.Figure:
     if n < MIN_TRIALS[kind]:
         return placeholder(f"{TITLES[kind]}: waiting for {MIN_TRIALS[kind]} finished trials ({n} so far)")
     if kind == "history":
-        fig = _history(ov.plot_optimization_history(study, target_name="test accuracy"))
+        fig = _history(ov.plot_optimization_history(study, target_name="test accuracy"), n)
     elif kind == "importance":
         if len({k for t in _trials(study) for k in t.params}) < 2:
             return placeholder("Parameter importance: only one parameter is searched (importance 1)")
@@ -78,8 +78,9 @@ def tuning_figure(study: optuna.Study, kind: str) -> go.Figure:
     return fig
 
 
-def _history(fig: go.Figure) -> go.Figure:
-    """Optuna's history in dpviz's colours and words: trials blue, the best so far vermillion."""
+def _history(fig: go.Figure, n: int) -> go.Figure:
+    """Optuna's history in dpviz's colours and words: trials blue, the best so far vermillion; whole trial
+    numbers on the x axis (about ten ticks at most)."""
     for t in fig.data:
         if t.mode == "lines":
             t.update(name="best so far", line=dict(color=BEST, width=2))
@@ -87,7 +88,7 @@ def _history(fig: go.Figure) -> go.Figure:
             t.update(name="infeasible trial", marker=dict(color=GREY))
         else:
             t.update(name="trial", marker=dict(color=OKABE_ITO["blue"], size=8))
-    fig.update_xaxes(title="trial (number)")
+    fig.update_xaxes(title="trial (number)", tick0=0, dtick=max(1, math.ceil(n / 10)))
     return fig.update_yaxes(title="test accuracy (fraction)")
 
 
