@@ -21,7 +21,8 @@ metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS)
                       format_func=figures.LABELS.get, key="cmp_metric")
 
 if not chosen:
-    st.info("Select runs to compare (launch some on the Runs page).")
+    st.info("Select runs to compare above." if labels else "No run in the store yet: launch one on the Runs page "
+            "(or `python -m dpviz run …`); it is listed here as soon as it starts.")
     st.stop()
 
 live = any(store.get_run(r)["status"] == "running" for r in chosen)

@@ -24,7 +24,7 @@ analyses.privacy_banner()
 store = state.store()
 
 st.subheader("Curvature over training")
-c = st.columns([2, 2, 3])
+c = st.columns([2, 2, 3], vertical_alignment="bottom")
 eps_new = c[0].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0, 16.0], value=2.0, key="cu_eps")
 names = list(strategies.names())
 strat_new = c[1].selectbox("strategy", names, index=names.index("fft"), key="cu_strategy")

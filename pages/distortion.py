@@ -22,7 +22,8 @@ analyses.launch_preset("distortion", "Launch Ke et al. 2024's experiment: ViT, L
 
 labels = analyses.analysed_runs()
 if not labels:
-    st.info("No run has feature checkpoints yet: launch the preset above, or a run with 'checkpoint every' set.")
+    st.info("No run has feature checkpoints yet: every run stores them (step 0 and ten more), so launch one on the "
+            "Runs page or the preset above; it is listed here as soon as its first checkpoint is stored.")
     st.stop()
 chosen = st.multiselect("runs", list(labels), default=list(labels)[:3], format_func=labels.get, key="fd_runs")
 store = state.store()

@@ -25,7 +25,8 @@ analyses.launch_preset("law", "Launch the anonymous ViT study's experiment: ViT,
 
 labels = analyses.analysed_runs()
 if not labels:
-    st.info("No run has feature checkpoints yet: launch the preset above.")
+    st.info("No run has feature checkpoints yet: launch the preset above, or any run on the Runs page (every run "
+            "stores them); it is listed here as soon as its first checkpoint is stored.")
     st.stop()
 store = state.store()
 chosen = st.multiselect("runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="sl_runs")

@@ -77,14 +77,19 @@ def test_knn_dip_reading_names_only_runs_that_fall_past_the_tolerance():
     df = pd.DataFrame([{"label": lab, "step": s, "value": v} for lab, vals in
                        (("fft", (0.8, 0.7, 0.85)), ("lp-fft", (0.8, 0.79, 0.86))) for s, v in enumerate(vals)])
     df.attrs["missing"] = [("r", 3)]
-    assert results.knn_dip_reading(df) == ("kNN accuracy dips below its starting value for fft; "
+    assert results.knn_dip_reading(df) == ("kNN accuracy dips more than 0.02 below its starting value for fft; "
                                            "1 checkpoint(s) still being analysed.")
+    df.attrs["missing"] = []
+    assert results.knn_dip_reading(df[df["label"] == "lp-fft"]) == (
+        "kNN accuracy dips more than 0.02 below its starting value for no run (the largest fall: lp-fft, by 0.010).")
 
 
 def test_law_reading_prefers_the_highest_r2_and_ranks_nan_last():
     ss = [{"label": "a", "rho": 0.5, "r2": float("nan")}, {"label": "b", "rho": 0.7, "r2": 0.95},
           {"label": "c", "rho": 0.9, "r2": 0.5}]
-    assert results.law_reading(ss, "D_l").startswith("D_l: the straightest decay is b (ρ = 0.7, R² = 0.95)")
+    assert results.law_reading(ss, "D_l") == ("D_l: the straightest decay is b (ρ = 0.7, R² = 0.95); ρ < 1 with R² "
+                                              "near 1 means the law holds.")
+    assert results.law_reading(ss[::2], "D_l").endswith("so here it holds for no run (no fit reaches R² = 0.8).")
 
 
 def test_best_run_reading_and_accountants_reading():
