@@ -102,6 +102,16 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
     live()
 
 
+def pick_runs(labels: dict[str, str], default: list[str], key: str, label: str = "runs") -> list[str]:
+    """A multiselect over ``labels`` (run id → label) whose selection is ``default`` and follows it — a run
+    that lands while the page is open joins it — until the user changes the selection; then it is theirs
+    (less any run deleted meanwhile)."""
+    last, chosen = st.session_state.get(f"_{key}_default"), st.session_state.get(key)
+    st.session_state[key] = list(default) if chosen is None or chosen == last else [r for r in chosen if r in labels]
+    st.session_state[f"_{key}_default"] = list(default)
+    return st.multiselect(label, list(labels), format_func=labels.get, key=key)
+
+
 def render_run_table() -> list[str]:
     """Stored runs (finished, failed, cancelled, interrupted, running): the user's and their studies'
     trials, and the "auto" searches' trials when the toggle asks; returns the selected ids."""

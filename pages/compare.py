@@ -16,7 +16,7 @@ picked = st.session_state.get("selected_runs", [])  # chosen on the Runs page (s
 all_runs = [r for r in store.list_runs() if r["kind"] != "search" or r["run_id"] in picked]
 labels = {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in results.offered(all_runs)}
 default = [r for r in picked if r in labels] or list(labels)[:3]
-chosen = st.multiselect("runs", list(labels), default=default, format_func=labels.get, key="cmp_runs")
+chosen = runs.pick_runs(labels, default, "cmp_runs")
 metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS).index("test_accuracy"),
                       format_func=figures.LABELS.get, key="cmp_metric")
 

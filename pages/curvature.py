@@ -38,7 +38,7 @@ labels = analyses.analysed_runs()
 if not labels:
     st.info("No run has checkpoints yet: launch one above.")
     st.stop()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:2], format_func=labels.get, key="cu_runs")
+chosen = runs.pick_runs(labels, list(labels)[:2], "cu_runs")
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
 waiting = live or analyses.queue_missing(results.curvature_table(store, chosen).attrs["missing"])
 

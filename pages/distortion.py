@@ -25,7 +25,7 @@ if not labels:
     st.info("No run has feature checkpoints yet: every run stores them (step 0 and ten more), so launch one on the "
             "Runs page or the preset above; it is listed here as soon as its first checkpoint is stored.")
     st.stop()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:3], format_func=labels.get, key="fd_runs")
+chosen = runs.pick_runs(labels, list(labels)[:3], "fd_runs")
 store = state.store()
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
 waiting = live or analyses.queue_missing(results.analysis_curves(store, chosen, "knn", "accuracy").attrs["missing"])

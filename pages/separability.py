@@ -29,7 +29,7 @@ if not labels:
             "stores them); it is listed here as soon as its first checkpoint is stored.")
     st.stop()
 store = state.store()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="sl_runs")
+chosen = runs.pick_runs(labels, list(labels)[:4], "sl_runs")
 which = st.radio("checkpoint", ["last", "first"], horizontal=True, key="sl_ckpt")
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
 QUANTITIES = (("separability", "fuzziness", "fuzziness D_l"), ("residual", "residual", "prediction residual PR_l"))
