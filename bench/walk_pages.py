@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,13 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from browser_util import browser, server  # noqa: E402
-from walk_dashboard import walk  # noqa: E402
+from walk_dashboard import STATE, walk  # noqa: E402
 
 BAR = '.dpviz-progress[role="progressbar"]'
-ROWS = '[data-testid="stDataFrame"] [role="row"]'  # the grid's accessible rows (header included)
+PREVIEW = '[data-testid="stAlert"]:has-text("noise multiplier")'  # the form's σ preview (the intro names σ too)
+ROWS = """() => { const g = document.querySelector('[data-testid="stDataFrame"] table[role="grid"]');
+    return g ? Number(g.getAttribute('aria-rowcount')) - 1 : 0; }"""  # the table's runs (its DOM rows are virtual)
 POINTS = """t => { const p = [...document.querySelectorAll('.js-plotly-plot')].find(
     p => (p.layout && p.layout.title && (p.layout.title.text || '')).includes(t));
-    return p && p._fullData ? p._fullData.reduce((n, d) => n + ((d.x && d.x.length) || 0), 0) : 0; }"""
+    return p && p._fullData ? p._fullData.map(d => (d.x && d.x.length) || 0) : []; }"""  # points per trace
 rows: list[tuple[str, str, str]] = []
 
 
@@ -72,13 +75,26 @@ def until(page, check, timeout: float, every: float = 0.5):
 
 
 def states(seen) -> str:
-    return "; ".join(f"“{s}” {lasted:.1f} s" for s, _, lasted in seen)
+    """“state” and how long it lasted, a search's trials merged into one entry (k counting up)."""
+    out, trials = [], []
+    for s, _, lasted in seen + [("", 0, 0)]:
+        if m := re.match(r"searching (.*) \(\d+ of (\d+)\)", s):
+            trials.append((m, lasted))
+            continue
+        if trials:
+            ds = [d for _, d in trials]
+            out.append(f"“searching {trials[0][0].group(1)} (k of {trials[0][0].group(2)})” {sum(ds):.1f} s "
+                       f"(k = 1…{len(ds)}, {min(ds):.0f}–{max(ds):.0f} s each)")
+            trials = []
+        if s:
+            out.append(f"“{s}” {lasted:.1f} s")
+    return "; ".join(out)
 
 
 def form_items(page, url: str) -> None:
-    page.goto(url)
     t0 = time.perf_counter()
-    page.get_by_text("noise multiplier").first.wait_for(timeout=120_000)
+    page.goto(url)
+    page.locator(PREVIEW).wait_for(timeout=120_000)
     note("first page", "Runs: form and σ preview drawn", f"{time.perf_counter() - t0:.1f} s")
     choose(page, "dataset", "folder — your images, a folder per class")
     fill(page, "data folder (real datasets)", "/tmp/no/such/folder")
@@ -89,13 +105,13 @@ def form_items(page, url: str) -> None:
     fill(page, "batch size B", "0")
     err = text(page, '[data-testid="stAlertContentError"]')
     note("4 batch size 0", f"“{err}”; Launch shown: {bool(page.get_by_role('button', name='Launch run').count())}; "
-         f"σ preview shown: {bool(page.get_by_text('noise multiplier').count())}", "—")
+         f"σ preview shown: {bool(page.locator(PREVIEW).count())}", "—")
     fill(page, "batch size B", "128")
     choose(page, "strategy", "fft — full fine-tuning")
     page.reload()
-    page.get_by_text("noise multiplier").first.wait_for(timeout=120_000)
-    kept = text(page, '[data-testid="stSelectbox"]:has-text("strategy")')
-    note("4 reload keeps the form", f"after a reload: “{kept}”, batch field "
+    page.locator(PREVIEW).wait_for(timeout=120_000)
+    kept = text(page, PREVIEW).split("Phases: ")[-1]
+    note("4 reload keeps the form", f"after a reload the preview reads “… Phases: {kept}”, batch field "
          f"{page.get_by_label('batch size B', exact=True).input_value()}; URL {page.url.split('/', 3)[-1]}", "—")
 
 
@@ -106,11 +122,13 @@ def first_run(page, url: str) -> None:
     note("3 first lora launch (auto search)", states(seen), f"{time.perf_counter() - t0:.1f} s")
     busy = sorted({s.split("Background runs: ")[-1] for s in sidebar if "active" in s and "0 active" not in s})
     note("4 sidebar while it trains", "; ".join(f"“Background runs: {b}”" for b in busy) or "never counted", "—")
-    n, took = until(page, lambda p: p.locator(ROWS).count() - 1, 10)
+    n, took = until(page, lambda p: p.evaluate(ROWS), 10)
     note("4 stored runs after the first run", f"the table lists {n} run(s) (no reload)", f"{took:.1f} s after finished")
+    page.get_by_text("show search runs").click()  # the switch's input lies under its drawn toggle
+    shown, _ = until(page, lambda p: p.evaluate(ROWS) > n and p.evaluate(ROWS), 10)
+    note("2 search runs hidden", f"table: {n} run(s); with “show search runs” on: {shown or n}", "—")
     page.get_by_text("show search runs").click()
     idle(page)
-    note("2 search runs hidden", f"table: {n} run(s); with “show search runs” on: {page.locator(ROWS).count() - 1}", "—")
 
 
 def queued(page, url: str) -> None:
@@ -126,43 +144,49 @@ def queued(page, url: str) -> None:
 def pair(page, url: str) -> None:
     page.goto(f"{url}/continual")
     page.get_by_role("button", name="Launch continual and pure DP-FFT at this budget").click(timeout=60_000)
-    t0, seen = time.perf_counter(), []
-    while time.perf_counter() - t0 < 300:
-        now = text(page, BAR) or text(page, '[data-testid="stSelectbox"]:has-text("continual run")')
-        now = " ".join(w for w in now.split() if not w[:1].isdigit() or "of" in now)[:110]
+    t0, seen, curves = time.perf_counter(), [], None
+    while time.perf_counter() - t0 < 600:
+        lines = page.locator(BAR).all_inner_texts()
+        now = " / ".join(f"{s}: {STATE.search(t).group(1).strip() if STATE.search(t) else '…'}" for s in ("continual", "fft")
+                         for t in lines if f"· {s} ε" in t)
+        now = re.sub(r"step \d+ of", "step … of", now) or "(no progress line)"
         if not seen or seen[-1][0] != now:
             seen.append((now, time.perf_counter() - t0))
-        if page.locator('[data-testid="stSelectbox"]').filter(has_text="continual run").count() and not text(page, BAR):
+        if curves is None and page.locator('[data-testid="stPlotlyChart"]').count():  # under the pair's picker
+            curves = time.perf_counter() - t0
+        if now == "continual: finished / fft: finished":
             break
         time.sleep(0.5)
-    note("3 Public → private: launch the pair", "; ".join(f"“{s}” from {at:.1f} s" for s, at in seen[:6]),
-         f"{time.perf_counter() - t0:.1f} s to the pair's curves")
+    end = time.perf_counter() - t0
+    note("3 Public → private: launch the pair", "; ".join(
+        f"“{s}” {(seen[i + 1][1] if i + 1 < len(seen) else end) - at:.1f} s" for i, (s, at) in enumerate(seen[:-1]))
+        + f"; their curves drawn from {curves or end:.1f} s", f"{end:.1f} s")
 
 
 def analyses(page, url: str) -> None:
     page.goto(f"{url}/distortion")
     page.get_by_role("heading", name="Feature distortion", exact=True).wait_for(timeout=60_000)
-    n, took = until(page, lambda p: (k := p.evaluate(POINTS, "kNN accuracy")) >= 8 and k, 300)
+    n, took = until(page, lambda p: (k := p.evaluate(POINTS, "kNN accuracy")) and min(k) >= 8 and k, 300)
     reading = text(page, 'p:has-text("Reading.")')
-    note("5 feature distortion of the runs just made", f"{n} kNN points drawn; “{reading[:160]}”", f"{took:.1f} s")
+    note("5 feature distortion of the runs just made", f"kNN curves of {len(n or [])} runs, {n} checkpoints each; "
+         f"“{reading[:170]}”", f"{took:.1f} s")
     said = []
 
     def map_drawn(p):
         said.append(text(p, '[data-testid="stAlert"]:has-text("Computing the maps")'))
-        return p.evaluate(POINTS, "eature map") or p.locator('.js-plotly-plot').count() >= 2
+        return p.locator('.js-plotly-plot').count() >= 2  # the kNN curves and the map
 
     _, took = until(page, map_drawn, 300)
     msgs = [s for i, s in enumerate(said) if s and s not in said[:i]]
     note("3 embedding map", f"“{msgs[0] if msgs else 'drawn at once'}” … “{msgs[-1] if msgs else ''}”, then the map "
          "by itself", f"{took:.1f} s")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "lp", "--seed", "7", "--json", "--quiet"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    rid = json.loads(out.stdout)["run_id"]
-    ran = time.perf_counter() - t0
-    _, took = until(page, lambda p: p.get_by_text(f"[{rid}]").count(), 60)
-    note("— a run of the command line", f"listed in the picker without a reload ({ran:.0f} s run)",
-         f"{took:.1f} s after it ended")
+    proc = subprocess.Popen([sys.executable, "-m", "dpviz", "run", "--strategy", "lp", "--seed", "7", "--quiet"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listed, took = until(page, lambda p: p.get_by_text("seed=7 [").count(), 120)
+    proc.wait(600)
+    note("1 a run of the command line (another process)", f"{'joins' if listed else 'never joins'} the picker's "
+         f"selection, no reload (the run took {time.perf_counter() - t0:.0f} s)", f"{took:.1f} s after it started")
 
 
 def exports(page, url: str, tmp: Path) -> None:
@@ -188,15 +212,18 @@ def exports(page, url: str, tmp: Path) -> None:
 
 def edges(page, url: str) -> None:
     page.goto(f"{url}/?strategy=fft&epsilon=20.0")
-    page.get_by_text("noise multiplier").first.wait_for(timeout=120_000)
+    page.locator('[data-testid="stAlert"]:has-text("range searched")').wait_for(timeout=120_000)
     warn = text(page, '[data-testid="stAlert"]:has-text("range searched")')
     note("9 auto rate at the end of its range", f"“{warn[:200]}”", "—")
     page.goto(f"{url}/budget")
     page.get_by_role("heading", name="Budget allocation", exact=True).wait_for(timeout=60_000)
-    on = [page.get_by_role("checkbox", name=f"LR ({p}) auto").is_checked() for p in ("LP", "FT")]
+    idle(page)
+    on = [page.get_by_role("switch", name=f"LR ({p}) auto").is_checked() for p in ("LP", "FT")]
     note("9 Budget allocation's rates", f"LR (LP) auto: {on[0]}, LR (FT) auto: {on[1]} (as on Runs)", "—")
     page.goto(f"{url}/tuning")
     page.get_by_role("heading", name="Tuning", exact=True).wait_for(timeout=60_000)
+    page.get_by_text("2 · Trials").wait_for(timeout=60_000)
+    idle(page)
     none = page.get_by_text("No search yet").count()
     note("2 Tuning's study picker", "no auto search offered (“No search yet”)" if none else "offers a study", "—")
 
@@ -209,6 +236,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     cache = tmp / "cache"
     os.environ["DPVIZ_CACHE_DIR"] = str(cache)  # the command-line run of the walk stores there too
+    print(f"load average before: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")
     print("| item | what the page said and did | how long |\n|---|---|---|")
     t0 = time.perf_counter()
     with server(cache, tmp / "server.log") as url, browser() as b:
@@ -218,7 +246,7 @@ def main() -> None:
                 step(page, url, tmp) if step is exports else step(page, url)
             except Exception as e:  # noqa: BLE001 - a step that failed is a row of the walk too
                 note(step.__name__, f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}", "—")
-    print(f"\nwalked in {time.perf_counter() - t0:.0f} s")
+    print(f"\nwalked in {time.perf_counter() - t0:.0f} s; load average after: {os.getloadavg()[0]:.1f}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1, ensure_ascii=False))
 
