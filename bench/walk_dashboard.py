@@ -23,15 +23,25 @@ from browser_util import browser, server  # noqa: E402
 STATE = re.compile(r"(queued[^·]*|preparing[^·]*|searching[^·]*|training[^·]*|finished|failed[^·]*|cancelled)")
 
 
-def walk(page, url: str, strategy: str, timeout_s: float = 600) -> list[tuple[str, float, float]]:
-    """[(state text, first seen at s, lasted s)] of one launch of ``strategy`` from the form."""
-    page.goto(f"{url}/?strategy={strategy}")
-    page.get_by_role("button", name="Launch run").click(timeout=60_000)
+def walk(page, url: str, strategy: str, timeout_s: float = 600, query: str = "",
+         sample=None) -> list[tuple[str, float, float]]:
+    """[(state text, first seen at s, lasted s)] of one launch of ``strategy`` from the form (the URL's other
+    fields in ``query``, e.g. "&seed=3"); ``sample(page)`` is called at every reading."""
+    page.goto(f"{url}/?strategy={strategy}{query}")
+    bars = page.locator('.dpviz-progress[role="progressbar"]')
+    page.get_by_role("button", name="Launch run").wait_for(timeout=60_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    before = sum(f"· {strategy} " in t for t in bars.all_inner_texts())  # this server's earlier runs of it
+    page.get_by_role("button", name="Launch run").click()
     t0, seen = time.perf_counter(), []
     while time.perf_counter() - t0 < timeout_s:
-        texts = page.locator('[data-testid="stProgress"]').all_inner_texts()
+        texts = bars.all_inner_texts()
         now = time.perf_counter() - t0
-        mine = [t for t in texts if f"· {strategy} " in t]
+        mine = [t for t in texts if f"· {strategy} " in t]  # the newest first
+        if len(mine) <= before:  # the launch has not been drawn yet
+            mine = []
+        if sample is not None:
+            sample(page)
         state = STATE.search(mine[0]).group(1).strip() if mine and STATE.search(mine[0]) else "(no progress line)"
         state = re.sub(r"step \d+ of", "step … of", state)  # one row for the whole training phase
         if not seen or seen[-1][0] != state:

@@ -10,11 +10,33 @@ from dpviz.analyses import PRIVACY_NOTE
 from . import state
 
 
-def queue_missing(missing: list[tuple[str, int]]) -> None:
-    """Ask the analysis thread for checkpoints not analysed yet (e.g. runs from before)."""
-    jm = state.job_manager()
-    for rid, step in missing:
-        jm.queue_analyses(rid, step)
+@st.cache_resource(show_spinner=False)
+def _queued() -> dict:
+    """(run_id, step) → the futures of the analyses this server queued for that checkpoint."""
+    return {}
+
+
+def queue_missing(missing: list[tuple[str, int]]) -> bool:
+    """Ask the analysis threads, once per server, for checkpoints not analysed yet (e.g. runs from before);
+    True while any of them is still being computed (one that failed is not asked for again)."""
+    jm, queued = state.job_manager(), _queued()
+    for key in missing:
+        if key not in queued:
+            queued[key] = jm.queue_analyses(*key)
+    return any(not f.done() for key in missing if key in queued for f in queued[key])
+
+
+def every(waiting: bool) -> float | None:
+    """A view fragment's redraw interval: 2 s while a chosen run trains or an analysis it shows is being
+    computed, so that what lands appears by itself; none otherwise."""
+    return 2.0 if waiting else None
+
+
+def settled(waited: bool, waiting: bool) -> None:
+    """In a view's fragment: what it waited for has landed, so rerun the page once, and its fragment drops
+    the timer (a slider in it then keeps its place)."""
+    if waited and not waiting:
+        st.rerun()
 
 
 def request(run_id: str, name: str, step: int, **params) -> dict | None:
@@ -39,10 +61,11 @@ def privacy_banner() -> None:
 
 
 def analysed_runs() -> dict[str, str]:
-    """Runs with feature checkpoints, newest first, as {run_id: label}; never an "auto" search's trial
-    (`results.shown_runs`), so no page's default selection is one."""
+    """Runs with feature checkpoints as {run_id: label}, the user's own newest first, then their studies'
+    trials (`results.offered`); never an "auto" search's trial (`results.shown_runs`), so no page's default
+    selection is one, nor a sweep's point while the user has runs of their own."""
     store = state.store()
-    return {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in reversed(results.shown_runs(store))
+    return {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in results.offered(results.shown_runs(store))
             if store.feature_steps(r["run_id"])}
 
 

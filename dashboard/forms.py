@@ -183,7 +183,7 @@ def _size_widgets(dataset: str) -> dict:
 def _training_widgets(strategy: str) -> dict:
     """Shared training fields, and the learning rates the strategy declares."""
     lrs = strategies.get(strategy).lr_fields
-    c = st.columns(6 + len(lrs))
+    c = st.columns([1, 1] + [1.4] * len(lrs) + [1, 1, 1, 1])  # a rate's toggle, its label and help need the room
     out = {
         "epochs": int(c[0].number_input("epochs", None, None, _default("f_epochs", D["epochs"].default), key="f_epochs")),
         "batch_size": int(c[1].number_input("batch size B", None, None, _default("f_batch", D["batch_size"].default),

@@ -28,20 +28,21 @@ PAGES = (
 )
 
 
-def page_setup(title: str, intro: str) -> None:
+def page_setup(title: str, intro: str, *, follow: bool = True) -> None:
     """Page config, shared sidebar and the page's heading with its explanation.
 
     Every page calls this first, so a deep link that Streamlit serves before
-    `app.py` has run still gets the shared sidebar.
+    `app.py` has run still gets the shared sidebar. ``follow``: the page lists or picks stored runs, so it
+    reruns whenever a run is stored or ends, whoever ran it (`render_sidebar`).
     """
     st.set_page_config(page_title=f"dpviz · {title}", page_icon=":material/lock:", layout="wide")
     state.umap_warmup()  # starts once per server, in the background
-    render_sidebar()
+    render_sidebar(follow)
     st.title(title)
     st.markdown(intro)
 
 
-def render_sidebar() -> None:
+def render_sidebar(follow: bool = True) -> None:
     jm = state.job_manager()
     with st.sidebar:
         st.markdown("### dpviz\nDifferentially private fine-tuning lab")
@@ -50,16 +51,24 @@ def render_sidebar() -> None:
         for script, title, icon in PAGES:
             st.page_link(script, label=title, icon=icon)
         st.divider()
-        _render_job_count(jm, bool(jm.active()))
+        _render_job_count(jm, follow)
         for e in catalog.PLUGIN_ERRORS:  # a plugin named in the environment that did not import
             st.error(str(e), icon=":material/extension_off:")
 
 
-def _render_job_count(jm, live: bool) -> None:
-    """The store and the background runs by state, redrawn every second while any is active."""
+def _render_job_count(jm, follow: bool) -> None:
+    """The store and the background runs by state, redrawn every second while any is active.
 
-    @st.fragment(run_every=1.0 if live else None)
+    With ``follow`` it is also the one watcher of the store every page shares: each second it reads
+    `Store.signature` (one indexed query) and reruns the whole page when a run was stored or ended since the
+    page was drawn — by this server, another one, a sweep's workers or the command line — so pickers,
+    tables and empty states follow the store without a reload."""
+    seen = jm.store.signature() if follow else None
+
+    @st.fragment(run_every=1.0 if follow or jm.active() else None)
     def count():
+        if follow and jm.store.signature() != seen:
+            st.rerun()
         active = jm.active()
         by = Counter(jm.state(j)["phase"] for j in active)
         detail = f" ({', '.join(f'{n} {p}' for p, n in by.items())})" if by else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import streamlit as st
 
@@ -43,25 +45,38 @@ def _jobs_signature(jobs) -> tuple:
     return tuple((j.job_id, j.run_id, j.status) for j in jobs)
 
 
+def render_progress(box, fraction: float, text: str, color: str) -> None:
+    """A progress bar filled in ``color`` (a run's strategy colour, `figures.color`) under its ``text``, as
+    Streamlit's own bar draws it but in any colour: an element of role progressbar with aria-valuenow (percent)
+    and ``text`` as its accessible value, so screen readers and tests read what it says."""
+    pct = round(100 * min(max(float(fraction), 0.0), 1.0))
+    text = html.escape(text)
+    box.html(f'<div class="dpviz-progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" '
+             f'aria-valuenow="{pct}" aria-valuetext="{text}" aria-label="{text}">'
+             f'<div style="font-size:0.875rem;line-height:1.6;margin-bottom:0.25rem">{text}</div>'
+             f'<div style="height:0.5rem;border-radius:0.25rem;background:#e8e8ec;overflow:hidden">'
+             f'<div style="width:{pct}%;height:100%;background:{color};border-radius:0.25rem"></div></div></div>')
+
+
 def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None:
     """Progress, cancel and growing curves of this server's runs (``job_ids``: only those), redrawn every
     second. Each job says what it waits for: its place in the queue, preparing, the learning-rate search's
-    trial k of n, or training step of total. When a run is stored or ends, the whole page reruns, so its
-    tables and counts show it within a second."""
+    trial k of n, or training step of total. When a job of this server changes its run or status, the whole
+    page reruns, so its tables and counts show it within a second (runs of other processes: the sidebar's
+    watcher, `layout.page_setup`)."""
     jm = state.job_manager()
 
     def chosen():
         jobs = [j for j in jm.jobs.values() if job_ids is None or j.job_id in job_ids]
         return sorted(jobs, key=lambda j: -j.job_id)[:6 if job_ids is None else None]
 
-    store = state.store()
-    seen = (_jobs_signature(jm.jobs.values()), store.signature())  # runs of other processes count too
+    seen = _jobs_signature(jm.jobs.values())
 
     @st.fragment(run_every=1.0)
     def live():
         jobs = chosen()
-        if (_jobs_signature(jm.jobs.values()), store.signature()) != seen:
-            st.rerun()  # a run was stored or ended, here or elsewhere: redraw the page's tables and the sidebar
+        if _jobs_signature(jm.jobs.values()) != seen:
+            st.rerun()  # a job was stored or ended: redraw the page's tables and the sidebar
         if not jobs:
             if job_ids is None:
                 st.caption("No run launched from this server yet: launch one above, or open stored runs below.")
@@ -72,7 +87,7 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
             acc = job.last.get("test_accuracy")
             text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · {now['text']}"
                     + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))
-            c1.progress(now["fraction"], text=text)
+            render_progress(c1, now["fraction"], text, figures.color(job.cfg.strategy))
             if not job.done and c2.button("Cancel", key=f"{key}-cancel-{job.job_id}"):
                 job.cancel()
         ids = [j.run_id for j in jobs if j.run_id]
@@ -85,6 +100,16 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
                 col.plotly_chart(fig, key=f"{key}-{metric}")
 
     live()
+
+
+def pick_runs(labels: dict[str, str], default: list[str], key: str, label: str = "runs") -> list[str]:
+    """A multiselect over ``labels`` (run id → label) whose selection is ``default`` and follows it — a run
+    that lands while the page is open joins it — until the user changes the selection; then it is theirs
+    (less any run deleted meanwhile)."""
+    last, chosen = st.session_state.get(f"_{key}_default"), st.session_state.get(key)
+    st.session_state[key] = list(default) if chosen is None or chosen == last else [r for r in chosen if r in labels]
+    st.session_state[f"_{key}_default"] = list(default)
+    return st.multiselect(label, list(labels), format_func=labels.get, key=key)
 
 
 def render_run_table() -> list[str]:

@@ -23,8 +23,9 @@ def launch(study, workers: int, key: str, what: str = "Sweep") -> None:
 
 
 def pick(kind: str, key: str, label: str = "sweep", format_func: Callable | None = None):
-    """A selectbox over the stored studies of ``kind`` (the last launched first); None when there are none."""
-    found = sweeps.studies(cache_dir=state.store().root, kind=kind)
+    """A selectbox over the stored studies of ``kind`` (the last launched first), never an "auto" rate's proxy
+    search; None when there are none."""
+    found = sweeps.studies(cache_dir=state.store().root, kind=kind, auto=False)
     if not found:
         return None
     names = [s.study_name for s in found]

@@ -50,7 +50,8 @@ class Resolution:
         proxy_accuracy: the best trial's test accuracy on the proxy.
         note: one line for people: where the values came from.
         warning: one line when a searched value is still at an end of its range after the range was
-            extended one decade beyond it (the best rate may lie further out), else "".
+            extended one decade beyond it, or a shipped value sits at an end of the range the grid's searches
+            covered (the best rate may lie further out), else "".
     """
 
     values: dict
@@ -120,9 +121,12 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
     if hit is not None:
         vals, entry = hit
         values = {**defaults, **{f: float(f"{vals[f]:.4g}") for f in fields}}
+        ranges = space_of(fields)  # the range the grid's searches covered, as a search at launch does
         return cfg.replace(**values), Resolution(
             values=values, source="shipped", proxy=entry["proxy"], study=entry.get("study"),
-            trials=entry.get("trials", 0), note=f"shipped grid (tuned on {entry['proxy']}, a power law in ε, interpolated)")
+            trials=entry.get("trials", 0), note=f"shipped grid (tuned on {entry['proxy']}, a power law in ε, interpolated)",
+            warning=edge_warning(values, ranges, at_edges(values, ranges), extended=False,
+                                 how="which the shipped grid's searches did not extend"))
     proxy = proxy_for(cfg.dataset)
     if proxy is None:
         return cfg.replace(**defaults), Resolution(

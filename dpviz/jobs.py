@@ -140,9 +140,10 @@ class JobManager:
         finally:
             job.phase = job.status
 
-    def queue_analyses(self, run_id: str, step: int) -> Future:
+    def queue_analyses(self, run_id: str, step: int) -> tuple[Future, Future]:
         """Queue a new checkpoint's background analyses: feature analyses in the analysis thread,
-        curvature (seconds per checkpoint) in its own thread so it never delays the feature views."""
+        curvature (seconds per checkpoint) in its own thread so it never delays the feature views.
+        Returns both futures (features, curvature): a page waits on them to stop polling."""
         from .analyses.service import analyze_checkpoint
 
         def work(kind):
@@ -151,8 +152,8 @@ class JobManager:
             except Exception as e:  # noqa: BLE001 - an analysis failure must not touch the run
                 self.store.event(run_id, "analysis-failed", f"step {step}: {type(e).__name__}: {e}")
 
-        self.curvature_pool.submit(work, "model")
-        return self.analysis_pool.submit(work, "features")
+        curvature = self.curvature_pool.submit(work, "model")
+        return self.analysis_pool.submit(work, "features"), curvature
 
     def cancel(self, job_id: int) -> None:
         self.jobs[job_id].cancel()

@@ -140,14 +140,17 @@ def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int =
     return study, ext_done, sides
 
 
-def edge_warning(values: dict, ranges: dict, sides: dict, extended: bool) -> str:
-    """One line naming the fields whose chosen value still sits at an end of the searched range."""
+def edge_warning(values: dict, ranges: dict, sides: dict, extended: bool, how: str | None = None) -> str:
+    """One line naming the fields whose chosen value still sits at an end of the searched range.
+
+    ``how`` says why the range was not extended where the default does not (e.g. the shipped grid's)."""
     still = {f: side for f, side in at_edges(values, ranges).items() if sides.get(f) == side}
     if not still:
         return ""
     ends = "; ".join(f"{f} = {values[f]:.4g} is at the {'top' if side == 'high' else 'bottom'} of the range "
                      f"searched ({ranges[f][0]:.4g}–{ranges[f][1]:.4g})" for f, side in still.items())
-    how = "even after extending it one decade" if extended else "which was not extended (DPVIZ_AUTO_SEARCH=off)"
+    how = how or ("even after extending it one decade" if extended
+                  else "which was not extended (DPVIZ_AUTO_SEARCH=off)")
     return f"{ends}, {how}: the best rate may lie beyond it; set it by hand or tune it on the Tuning page"
 
 

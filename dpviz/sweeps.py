@@ -222,11 +222,15 @@ def private_trials(study: optuna.Study) -> int:
                                                         optuna.trial.TrialState.RUNNING)))
 
 
-def studies(url: str | None = None, cache_dir=None, kind: str | None = None) -> list[optuna.Study]:
-    """dpviz studies in a storage (newest first), optionally of one kind."""
+def studies(url: str | None = None, cache_dir=None, kind: str | None = None, *,
+            auto: bool = True) -> list[optuna.Study]:
+    """dpviz studies in a storage (newest first), optionally of one kind; without the proxy searches that
+    resolved "auto" learning rates unless ``auto`` (nobody launched those: pages do not offer them)."""
     st = storage(url, cache_dir)
     out = []
     for s in reversed(optuna.get_all_study_summaries(st)):
+        if not auto and s.user_attrs.get("auto"):
+            continue
         if s.study_name.startswith("dpviz-") and (kind is None or s.user_attrs.get("kind") == kind):
             out.append(optuna.load_study(study_name=s.study_name, storage=st))
     return out

@@ -45,7 +45,8 @@ layout.reading(results.accountants_reading(rows))
 st.markdown("**The batch size the formula predicts**, from a run's measured curvature at its last checkpoint:")
 labels = analyses.analysed_runs()
 if not labels:
-    st.info("No run has checkpoints yet: launch one on the Curvature page.")
+    st.info("No run has checkpoints yet: launch one on the Runs or Curvature page; it is listed here as soon as its "
+            "first checkpoint is stored.")
     st.stop()
 analyses.privacy_banner()  # only this part reads data: curvature measured on private data; σ above is pure math
 pred_run = st.selectbox("run", list(labels), format_func=labels.get, key="cu_pred_run")

@@ -75,7 +75,7 @@ else:
     layout.reading(readings.reading(report))
 
 st.subheader("3 · Audit sweep: ε_lb against ε")
-c = st.columns([3, 4, 3, 1])  # room for every chip of the default ε and threats
+c = st.columns([3, 5, 4, 1], vertical_alignment="bottom")  # room for every chip of the default ε and threats
 strats = c[0].multiselect("strategies", strategies.names(), default=["lp", "fft", "lp-fft"], key="au_sw_strategies")
 eps = c[1].multiselect("ε", list(sweep.EPSILONS), default=list(sweep.EPSILONS), key="au_sw_eps",
                        format_func=figures.eps_text)

@@ -17,11 +17,11 @@ an ordinary stored run, so the other pages can open it. Relaunching the same swe
 """)
 
 st.subheader("1 · Sweep")
-c1, c2, c3 = st.columns([3, 4, 2])
+c1, c2 = st.columns([3, 2])  # the eleven fractions' chips get a row of their own: every one shows
 eps = c1.multiselect("ε values", ["0.5", "1", "2", "4", "8", "inf"], default=["1", "2", "8"], key="bu_eps")
-fractions = c2.multiselect("LP fractions p", [round(0.1 * i, 1) for i in range(11)],
+seeds = c2.multiselect("seeds", list(range(5)), default=[0], key="bu_seeds")
+fractions = st.multiselect("LP fractions p", [round(0.1 * i, 1) for i in range(11)],
                            default=[round(0.1 * i, 1) for i in range(11)], key="bu_p")
-seeds = c3.multiselect("seeds", list(range(5)), default=[0], key="bu_seeds")
 c = st.columns(5)
 
 

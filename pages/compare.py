@@ -14,14 +14,15 @@ mean ± one standard deviation bands. The table lists each run's final test accu
 store = state.store()
 picked = st.session_state.get("selected_runs", [])  # chosen on the Runs page (search runs too, if shown there)
 all_runs = [r for r in store.list_runs() if r["kind"] != "search" or r["run_id"] in picked]
-labels = {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in reversed(all_runs)}
+labels = {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in results.offered(all_runs)}
 default = [r for r in picked if r in labels] or list(labels)[:3]
-chosen = st.multiselect("runs", list(labels), default=default, format_func=labels.get, key="cmp_runs")
+chosen = runs.pick_runs(labels, default, "cmp_runs")
 metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS).index("test_accuracy"),
                       format_func=figures.LABELS.get, key="cmp_metric")
 
 if not chosen:
-    st.info("Select runs to compare (launch some on the Runs page).")
+    st.info("Select runs to compare above." if labels else "No run in the store yet: launch one on the Runs page "
+            "(or `python -m dpviz run …`); it is listed here as soon as it starts.")
     st.stop()
 
 live = any(store.get_run(r)["status"] == "running" for r in chosen)

@@ -21,8 +21,8 @@ k_eps = c[0].select_slider("ε ", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="cu_
 k_epochs = int(c[5].number_input("epochs (private phase)", 1, 1000, 20, key="cu_k_epochs"))
 k_mode = c[1].radio("switch", ["automatic", "at step"], key="cu_k_mode")
 k_step = int(c[2].number_input("switch step", 0, 10000, 60, key="cu_k_step", disabled=k_mode != "at step"))
-k_thr = c[3].number_input("threshold (fraction of peak)", 0.01, 0.99, 0.5, key="cu_k_thr",
-                          disabled=k_mode != "automatic")
+k_thr = c[3].number_input("threshold", 0.01, 0.99, 0.5, key="cu_k_thr", disabled=k_mode != "automatic",
+                          help="switch once the decelerator on public data falls to this fraction of its peak")
 k_opt = c[4].selectbox("optimizer", ["sgd", "adamw"], key="cu_k_opt")
 try:
     k_cfg = RunConfig(strategy="continual", epsilon=k_eps, epochs=k_epochs, optimizer=k_opt, switch_threshold=k_thr,
@@ -66,3 +66,7 @@ if pairs:
             st.caption("No pure DP-FFT twin of this run in the store yet (launch the pair above).")
 
     render_pair()
+else:
+    st.info("No continual run in the store yet: launch the pair above (their states show above while they wait "
+            "and train). Their accuracy curves, the switch to private data and the decelerator that chose it "
+            "appear here.", icon=":material/info:")

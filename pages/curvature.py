@@ -24,7 +24,7 @@ analyses.privacy_banner()
 store = state.store()
 
 st.subheader("Curvature over training")
-c = st.columns([2, 2, 3])
+c = st.columns([2, 2, 3], vertical_alignment="bottom")
 eps_new = c[0].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0, 16.0], value=2.0, key="cu_eps")
 names = list(strategies.names())
 strat_new = c[1].selectbox("strategy", names, index=names.index("fft"), key="cu_strategy")
@@ -38,16 +38,18 @@ labels = analyses.analysed_runs()
 if not labels:
     st.info("No run has checkpoints yet: launch one above.")
     st.stop()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:2], format_func=labels.get, key="cu_runs")
+chosen = runs.pick_runs(labels, list(labels)[:2], "cu_runs")
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
+waiting = live or analyses.queue_missing(results.curvature_table(store, chosen).attrs["missing"])
 
 
-@st.fragment(run_every=2.0 if live else None)
+@st.fragment(run_every=analyses.every(waiting))
 def render_curvature():
     df = results.curvature_table(store, chosen)
-    analyses.queue_missing(df.attrs["missing"])
+    analyses.settled(waiting, live or analyses.queue_missing(df.attrs["missing"]))
     if df.empty:
-        st.info("Curvature is being computed in the background…")
+        st.info("Choose runs above." if not chosen else "Curvature is being computed in the background (about a "
+                "minute per checkpoint)… it appears here by itself.")
         return
     configs = [store.get_run(r)["config"] for r in chosen]
     cols = st.columns(2)

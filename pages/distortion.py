@@ -22,23 +22,28 @@ analyses.launch_preset("distortion", "Launch Ke et al. 2024's experiment: ViT, L
 
 labels = analyses.analysed_runs()
 if not labels:
-    st.info("No run has feature checkpoints yet: launch the preset above, or a run with 'checkpoint every' set.")
+    st.info("No run has feature checkpoints yet: every run stores them (step 0 and ten more), so launch one on the "
+            "Runs page or the preset above; it is listed here as soon as its first checkpoint is stored.")
     st.stop()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:3], format_func=labels.get, key="fd_runs")
+chosen = runs.pick_runs(labels, list(labels)[:3], "fd_runs")
 store = state.store()
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
+waiting = live or analyses.queue_missing(results.analysis_curves(store, chosen, "knn", "accuracy").attrs["missing"])
 
 
-@st.fragment(run_every=2.0 if live else None)
+@st.fragment(run_every=analyses.every(waiting))
 def render_knn():
     df = results.analysis_curves(store, chosen, "knn", "accuracy")
-    analyses.queue_missing(df.attrs["missing"])
+    analyses.settled(waiting, live or analyses.queue_missing(df.attrs["missing"]))
+    if df.empty:
+        st.info("Choose runs above." if not chosen else "kNN accuracy is being computed in the background… the "
+                "curves appear here by themselves.")
+        return
     fig = figures.metric_curves(df, "knn_accuracy")
     st.plotly_chart(fig, key="fd_knn")
     configs = [store.get_run(r)["config"] for r in chosen]
     runs.render_export(fig, df, configs, "dpviz_knn_accuracy", "exp-knn", private=True)
-    if len(df):
-        layout.reading(results.knn_dip_reading(df))
+    layout.reading(results.knn_dip_reading(df))
 
 
 render_knn()
@@ -49,8 +54,8 @@ warm = state.umap_warmup()
 methods = ["pca", "umap"] if warm["ready"] else ["pca"]
 method = st.radio("map", methods, horizontal=True, key="fd_method", format_func=str.upper)
 if not warm["ready"]:
-    st.caption("UMAP is compiling in the background (once per server, about a minute); PCA meanwhile."
-               + (f" UMAP failed: {warm['error']}" if warm["error"] else ""))
+    st.caption(f"PCA only: UMAP is unavailable ({warm['error']})." if warm["error"] else
+               "UMAP is compiling in the background (once per server, about a minute); PCA meanwhile.")
 steps = store.feature_steps(run_id)
 
 

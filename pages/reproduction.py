@@ -15,18 +15,17 @@ runs in the store: launching again reuses every finished run, so a stopped score
 analyses.privacy_banner()  # kNN, separability and curvature rows read private data
 
 st.subheader("1 · Run the scorecard")
-c = st.columns([4, 1, 1])
-claims = c[0].multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims",
-                          format_func=lambda i: f"{i} · {reproduce.PAPERS[reproduce.REGISTRY[i].seed][0]}: "
-                                                f"{reproduce.REGISTRY[i].sentence}")
-seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds",
+claims = st.multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims",
+                        help="each claim's statement and paper are in the table below")  # ids: every chip shows
+c = st.columns([1, 1, 4], vertical_alignment="bottom")
+seeds = int(c[0].number_input("seeds", 1, 10, 3, key="re_seeds",
                               help="2 or more for a verdict: from one seed there is no spread to judge by"))
 if seeds < 2:
     st.warning(f"**One seed.** Means are shown without a spread. {reproduce.ONE_SEED}", icon=":material/warning:")
 
 sc = state.task("scorecard")
 running = state.running(sc)
-if c[2].button("Cancel" if running else "Run / resume", type="secondary" if running else "primary", key="re_go"):
+if c[1].button("Cancel" if running else "Run / resume", type="secondary" if running else "primary", key="re_go"):
     if running:
         sc["cancel"].set()
     elif claims:

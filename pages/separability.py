@@ -25,23 +25,27 @@ analyses.launch_preset("law", "Launch the anonymous ViT study's experiment: ViT,
 
 labels = analyses.analysed_runs()
 if not labels:
-    st.info("No run has feature checkpoints yet: launch the preset above.")
+    st.info("No run has feature checkpoints yet: launch the preset above, or any run on the Runs page (every run "
+            "stores them); it is listed here as soon as its first checkpoint is stored.")
     st.stop()
 store = state.store()
-chosen = st.multiselect("runs", list(labels), default=list(labels)[:4], format_func=labels.get, key="sl_runs")
+chosen = runs.pick_runs(labels, list(labels)[:4], "sl_runs")
 which = st.radio("checkpoint", ["last", "first"], horizontal=True, key="sl_ckpt")
 live = any(store.get_run(r)["status"] == "running" for r in chosen)
+QUANTITIES = (("separability", "fuzziness", "fuzziness D_l"), ("residual", "residual", "prediction residual PR_l"))
+waiting = live or analyses.queue_missing([m for name, field, _ in QUANTITIES
+                                          for m in results.law_series(store, chosen, name, field, checkpoint=which)[1]])
 
 
-@st.fragment(run_every=2.0 if live else None)
+@st.fragment(run_every=analyses.every(waiting))
 def render_law():
     configs = [store.get_run(r)["config"] for r in chosen]
-    for name, field, quantity in (("separability", "fuzziness", "fuzziness D_l"),
-                                  ("residual", "residual", "prediction residual PR_l")):
+    pending = False
+    for name, field, quantity in QUANTITIES:
         ss, missing = results.law_series(store, chosen, name, field, checkpoint=which)
-        analyses.queue_missing(missing)
+        pending = analyses.queue_missing(missing) or pending
         if not ss:
-            st.info(f"{quantity}: being computed…")
+            st.info(f"{quantity}: being computed in the background… it appears here by itself.")
             continue
         fig = figures.analyses.law_plot(ss, quantity)
         st.plotly_chart(fig, key=f"sl_{name}")
@@ -57,6 +61,7 @@ def render_law():
             st.plotly_chart(fig, key="sl_heat")
             runs.render_export(fig, table, [store.get_run(rid)["config"]], "dpviz_fuzziness_heatmap", "exp-heat",
                                private=True)
+    analyses.settled(waiting, live or pending)
 
 
 render_law()

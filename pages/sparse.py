@@ -21,19 +21,20 @@ also cheaper.
 """)
 
 st.subheader("1 · Profile sweep")
-c = st.columns([2, 3, 4, 2])
+c = st.columns([3, 4, 2])  # wide enough for every chip of the defaults
 eps = c[0].multiselect("ε values", ["1", "2", "4", "8"], default=["1", "2", "8"], key="sp_eps")
 sps = c[1].multiselect("sparsities s", [0.02, 0.05, 0.1, 0.2, 0.5, 1.0], default=[0.05, 0.2, 0.5], key="sp_s")
+seeds = c[2].multiselect("seeds", list(range(5)), default=[0], key="sp_seeds")
 SELECTIONS = next(p.choices for p in strategies.get("sparse").params if p.name == "selection")
-sels = c[2].multiselect("methods", SELECTIONS, default=list(SELECTIONS), key="sp_sel")
-seeds = c[3].multiselect("seeds", list(range(5)), default=[0], key="sp_seeds")
-c = st.columns([2, 2, 2, 3, 2])
+c = st.columns([5, 3])
+sels = c[0].multiselect("methods", SELECTIONS, default=list(SELECTIONS), key="sp_sel")
+ranks = c[1].multiselect("DP-LoRA ranks r", [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="sp_lora",
+                         help="low-rank adapters on every Conv/Linear layer, beside the sparse methods")
+c = st.columns(4, vertical_alignment="bottom")
 epochs = int(c[0].number_input("epochs", 3, 500, 20, key="sp_epochs"))
 backbone = c[1].selectbox("backbone", catalog.own_backbones(), key="sp_backbone")
 with_fft = c[2].checkbox("include full DP-FFT", value=True, key="sp_fft")
-ranks = c[3].multiselect("DP-LoRA ranks r", [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="sp_lora",
-                         help="low-rank adapters on every Conv/Linear layer, beside the sparse methods")
-workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="sp_workers"))
+workers = int(c[3].number_input("workers", 1, 16, state.MAX_WORKERS, key="sp_workers"))
 try:
     if not (eps and sps and sels and seeds):
         raise DpvizError("sweep: choose at least one ε, one s, one method and one seed")

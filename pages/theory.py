@@ -19,7 +19,7 @@ $d\theta=-\nabla L_C(\theta)\,dt+s\,dW$ on the clipped loss (Definition 2.1), si
 seeds at once. (ε, δ) sets $s$ through the Rényi guarantee of the diffusion, $D_\alpha\le\alpha\beta C^2T/(4n^2)$
 with $s=\sqrt{2/\beta}$ (Theorem 4.1). LP trains $v$, FFT trains $v$ and $W$, LP-FFT spends a share $p$ of the time
 on LP first. Curves are means ± 1 std over seeds; nothing here reads private data.
-""")
+""", follow=False)  # reads no stored run: no rerun when one lands
 st.warning(readings.RECONSTRUCTED, icon=":material/construction:")
 
 c = st.columns([3, 2])

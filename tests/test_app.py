@@ -411,6 +411,34 @@ def test_search_runs_are_never_a_default_selection_and_the_runs_table_shows_them
     assert set(at.dataframe[-1].value["run_id"]) == {mine, *searched}
 
 
+def test_the_form_warns_when_a_shipped_auto_rate_sits_at_an_end_of_its_range(app_env):
+    """DP-FFT at ε = 20 takes the shipped grid's rate at the top of lr_ft's range: the form says so before
+    launch, in the words of the search path; at ε = 1 it does not."""
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_strategy").set_value("fft").run()
+    assert not [w for w in at.warning if "range searched" in w.value]
+    at.select_slider(key="f_epsilon").set_value(20.0).run()
+    edge = [w.value for w in at.warning if "range searched" in w.value]
+    assert edge and "lr_ft = 0.3 is at the top of the range searched (0.001–0.3)" in edge[0]
+    assert "shipped grid" in edge[0] and [b for b in at.button if b.key == "launch"]  # a warning, not a block
+
+
+def test_a_run_that_lands_joins_the_default_selection_until_the_user_chooses(app_env, fast_cfg):
+    """Feature distortion's picker follows the newest runs while nobody touched it (a run stored by another
+    process joins it on the page's next rerun); once the user chose, the choice stays and the new run is only
+    offered."""
+    first = dpviz.run(fast_cfg(strategy="lp", lr_lp=0.5), cache_dir=app_env)["run_id"]
+    at = open_page("pages/distortion.py")
+    assert at.multiselect(key="fd_runs").value == [first]
+    second = dpviz.run(fast_cfg(strategy="lp", lr_lp=0.5, seed=1), cache_dir=app_env)["run_id"]
+    at.run()  # what the store watcher's rerun does
+    assert at.multiselect(key="fd_runs").value == [second, first]
+    at.multiselect(key="fd_runs").set_value([first]).run()
+    third = dpviz.run(fast_cfg(strategy="lp", lr_lp=0.5, seed=2), cache_dir=app_env)["run_id"]
+    at.run()
+    picker = at.multiselect(key="fd_runs")
+    assert picker.value == [first] and any(third in o for o in picker.options)
+
 def test_the_form_offers_the_real_tasks_and_a_task_button_fills_it(app_env):
     """The run form lists the real datasets and backbones; "real-text" fills it with MiniLM on tweets, and the
     preview (n, σ) is the 4,000-tweet subset's, computed without loading a model."""

@@ -77,6 +77,48 @@ def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch)
             dpviz.sweeps.storage(None, cache_dir))
 
 
+def test_a_shipped_rate_at_an_end_of_the_grids_range_warns_as_a_searched_one_does(tmp_path, monkeypatch):
+    """A planted grid whose LP rate falls to the bottom of its range at small ε: the resolution at ε = 1 names
+    the field, its end and the range (the sentence of the search path), one inside the range says nothing."""
+    from dpviz import shipped_rates
+
+    cfg = RunConfig(strategy="lp", epsilon=1.0)
+    lo, hi = autotune.RANGES["lr_lp"]
+    grid = {"version": 1, "entries": [{"key": json.loads(autotune.key_of(cfg)), "axes": [], "proxy": "glyphs",
+                                       "trials": 8, "points": [{"epsilon": e, "values": {"lr_lp": lo * 4 ** i}}
+                                                               for i, e in enumerate(("1", "2", "4"))]}]}
+    (tmp_path / "grid.json").write_text(json.dumps(grid))
+    monkeypatch.setattr(shipped_rates, "GRID_PATH", tmp_path / "grid.json")
+    low, res = autotune.resolve(cfg)
+    assert res.source == "shipped" and low.lr_lp == pytest.approx(lo)
+    assert res.as_dict()["warning"] == (
+        f"lr_lp = {lo:g} is at the bottom of the range searched ({lo:g}–{hi:g}), which the shipped grid's searches "
+        "did not extend: the best rate may lie beyond it; set it by hand or tune it on the Tuning page")
+    mid, res = autotune.resolve(cfg.replace(epsilon=2.0))
+    assert res.source == "shipped" and lo < mid.lr_lp < hi and res.warning == ""
+
+
+def test_the_real_grid_warns_where_dp_fft_reaches_the_top_of_its_range():
+    """The shipped DP-FFT rate grows with ε and reaches the top of lr_ft's range at ε = 16 (and is clamped there
+    beyond it); at ε = 1 it sits well inside."""
+    top = autotune.RANGES["lr_ft"][1]
+    for eps in (16.0, 50.0):
+        cfg, res = autotune.resolve(RunConfig(strategy="fft", epsilon=eps))
+        assert res.source == "shipped" and cfg.lr_ft == pytest.approx(top)
+        assert f"lr_ft = {top:g} is at the top of the range searched" in res.warning
+    assert autotune.resolve(RunConfig(strategy="fft", epsilon=1.0))[1].warning == ""
+
+
+@pytest.mark.slow
+def test_run_says_a_shipped_edge_on_stderr_and_in_its_json(cli_env):
+    out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "fft", "--epsilon", "20", "--json",
+                          "--quiet"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    warning = json.loads(out.stdout)["auto"]["warning"]
+    assert "lr_ft = 0.3 is at the top of the range searched" in warning
+    assert f"dpviz: warning: learning rates on auto: {warning}" in out.stderr
+
+
 PLANTED = [{"epsilon": e, "lp_fraction": p, "values": {"lr_ft": v * (1 + p), "lr_lp": 1.0}}
            for e, v in (("1", 0.01), ("4", 0.04), ("inf", 0.5)) for p in (0.1, 0.5)]
 

@@ -45,6 +45,11 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
             grown = plot_points(page, 1)
             time.sleep(0.5)
         assert grown >= 3, "the live accuracy chart never grew"
+        bar = page.locator('.dpviz-progress[role="progressbar"]').first  # the run's bar, in lp-fft's colour
+        assert 0 <= int(bar.get_attribute("aria-valuenow")) <= 100
+        assert " · lp-fft ε=1.5 · " in bar.inner_text() and bar.get_attribute("aria-valuetext") == bar.inner_text()
+        fill = bar.evaluate("b => getComputedStyle(b.lastElementChild.firstElementChild).backgroundColor")
+        assert fill == "rgb(0, 158, 115)", fill  # Okabe–Ito bluish green, as lp-fft's curves
         run = Store(cache_dir).list_runs()[0]
         assert run["config"]["epsilon"] == 1.5 and run["config"]["lp_fraction"] == 0.5
     # A deep link as the very first request of a fresh server opens Compare with the shared sidebar.
@@ -91,3 +96,29 @@ def test_every_page_renders_in_a_real_browser(cache_dir, tmp_path):
             assert page.locator('[data-testid="stException"]').count() == 0, title
             if title in ("Curvature", "Sparse fine-tuning"):
                 page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60000)
+
+
+def test_a_page_lists_a_run_that_another_process_stored_after_it_was_drawn(cache_dir, tmp_path, cli_env):
+    """Feature distortion opened on an empty store shows its empty state; a run made by the command line
+    (another process) afterwards appears in its picker by itself, through the shared store watcher
+    (`dashboard.layout.page_setup`), with no click or reload."""
+    import subprocess
+    import sys
+
+    need_chromium()
+    with browser() as b, server(cache_dir, tmp_path / "server.log") as url:
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url + "/distortion", timeout=60000)
+        page.get_by_text("No run has feature checkpoints yet").wait_for(timeout=90000)
+        assert page.get_by_role("heading", name="Feature distortion", exact=True).is_visible()
+        out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "lp", "--epochs", "2",
+                              "--lr-lp", "0.5", "--json", "--quiet"], env=cli_env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        run_id = __import__("json").loads(out.stdout)["run_id"]
+        t0 = time.time()
+        page.get_by_text(f"[{run_id}]").first.wait_for(timeout=30000)  # the picker's chip names the run
+        waited = time.time() - t0
+        assert page.get_by_text("No run has feature checkpoints yet").count() == 0
+        assert page.locator('[data-testid="stException"]').count() == 0
+    assert waited < 15, f"the page took {waited:.1f} s to list the run"

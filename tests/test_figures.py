@@ -88,9 +88,32 @@ def audit_report(eps=1.0):
             "scores_out": list(rng.normal(0, 1, 500)), "auc": 0.576, "tpr_at_fpr_1pct": 0.02}
 
 
+def tuning_study():
+    """An in-memory search over two learning rates (log scale) whose accuracy follows lr_ft."""
+    import math
+
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("base", {"strategy": "lp-fft", "epsilon": 2.0, "dataset": "digits"})
+    study.set_user_attr("proxy", "glyphs")
+    dists = {"lr_lp": FloatDistribution(0.05, 5.0, log=True), "lr_ft": FloatDistribution(0.001, 0.3, log=True)}
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        p = {"lr_lp": float(0.05 * 100 ** rng.random()), "lr_ft": float(0.001 * 300 ** rng.random())}
+        study.add_trial(optuna.trial.create_trial(params=p, distributions=dists,
+                                                  value=0.3 + 0.2 * math.log10(p["lr_ft"] / 0.001) / 2.5))
+    return study
+
+
 def planted() -> dict:
-    """Every figure builder on planted data (tuning's need Optuna: see their own test)."""
+    """Every figure builder on planted data (the tuning figures on an in-memory Optuna study)."""
     out = {}
+    study = tuning_study()
+    for kind in figures.tuning.KINDS:
+        out[f"tuning_{kind}"] = figures.tuning.tuning_figure(study, kind)
     out["metric_curves"] = figures.metric_curves(_curves(["fft", "lp"]), "epsilon")
     bands = pd.DataFrame([{"group": g, "strategy": g, "epsilon": 1.0, "metric": "loss", "step": k, "mean": 1/(k+1), "std": 0.1, "n": 3}
                           for g in ("fft", "lp") for k in range(5)])
@@ -191,6 +214,35 @@ def test_layer_axis_ticks_integers_and_fits_are_in_the_legend():
     assert not fig.layout.annotations  # no labels to overlap
     assert len({tr.line.color for tr in fig.data if tr.showlegend is not False}) == 3  # a colour per run
     assert sum("ρ=" in tr.name for tr in fig.data) == 3
+
+
+def test_tuning_figures_put_learning_rates_on_decades_and_leave_room_for_the_importances():
+    """Parallel coordinates: each learning-rate axis spans whole decades ticked 10^k only (as `style.log_axis`),
+    the accuracy axis round values; the importance axis reaches past the longest bar, whose value label shows;
+    the history in Okabe–Ito colours."""
+    fig = PLANTED["tuning_parallel"]
+    names = list(fig.layout.xaxis.ticktext)
+    assert names == ["test accuracy", "lr_ft", "lr_lp"]
+    ticks = {n: [(a.y, a.text) for a in fig.layout.annotations if a.x == i] for i, n in enumerate(names)}
+    assert [t for _, t in ticks["lr_ft"]] == ["10<sup>−3</sup>", "10<sup>−2</sup>", "10<sup>−1</sup>", "1"]
+    assert [t for _, t in ticks["lr_lp"]][0] == "10<sup>−2</sup>" and [t for _, t in ticks["lr_lp"]][-1] == "10"
+    assert all(ticks[n][0][0] == 0 and ticks[n][-1][0] == 1 for n in names)  # the axes end on ticks
+    assert [t for _, t in ticks["test accuracy"]] == ["0.3", "0.35", "0.4", "0.45", "0.5"]
+    lines = [tr for tr in fig.data if tr.mode == "lines"]
+    assert len(lines) == 8 and [tr.name for tr in lines if tr.showlegend] == ["best trial"]
+    assert all(0 <= y <= 1 for tr in lines for y in tr.y)
+    imp = PLANTED["tuning_importance"]
+    assert imp.layout.xaxis.range[1] >= 1.15 * max(imp.data[0].x) and imp.data[0].cliponaxis is False
+    hist = PLANTED["tuning_history"]
+    assert {tr.name for tr in hist.data if tr.y is not None and len(tr.y)} >= {"trial", "best so far"}
+    assert {hist.data[0].marker.color, hist.data[1].line.color} <= set(style.OKABE_ITO.values())
+
+
+def test_the_learning_rate_is_drawn_on_a_log_axis():
+    df = pd.DataFrame([{"run_id": "r", "label": "lp-fft [r]", "strategy": "lp-fft", "epsilon": 1.0, "seed": 0,
+                        "group": "g", "step": k, "metric": "lr", "value": 2.0 if k < 3 else 0.05} for k in range(6)])
+    ax = figures.metric_curves(df, "lr").layout.yaxis
+    assert ax.type == "log" and ax.dtick == 1 and list(ax.range)[0] < -1.9 and list(ax.range)[1] > 0.9
 
 
 def test_a_one_point_audit_sweep_draws_the_diagonal_and_the_ceiling():

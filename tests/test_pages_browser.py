@@ -26,12 +26,13 @@ WIDTH, HEIGHT = 1400, 1000
 # What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
 FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
     const svg = p.querySelector('svg.main-svg');
-    const sr = svg ? svg.getBoundingClientRect() : {left: 0, width: 0};
+    const sr = svg ? svg.getBoundingClientRect() : {left: 0, top: 0, width: 0};
     const titles = [...p.querySelectorAll('.gtitle')].map(t => {
         const r = t.getBoundingClientRect();
         let len = 0;
         try { len = t.getComputedTextLength(); } catch (e) {}
-        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, width: r.width, text_len: len};
+        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, top: r.top - sr.top,
+                width: r.width, text_len: len};
     });
     const data = (p._fullData || []).filter(t => t.visible === true);
     const names = data.map(t => t.name || '');
@@ -80,11 +81,13 @@ def full_page_screenshot(page, path: Path) -> None:
 
 
 def clipped_titles(fig: dict) -> list[str]:
-    """A title whose drawn text starts left of its figure's SVG or ends right of it is cut off there."""
+    """A title whose drawn text starts left of its figure's SVG, ends right of it or starts above it is cut off
+    there."""
     if not fig["svg_width"]:  # not displayed (a closed expander or another tab): nothing to measure
         return []
     return [f"title {t['text']!r} spans {t['left']:.0f}…{t['right']:.0f} px of a {fig['svg_width']:.0f} px figure"
-            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1
+            f" from {t['top']:.0f} px under its top"
+            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1 or t["top"] < -1
             or ("<br>" not in fig["title"] and t["width"] + 1 < t["text_len"])]  # a wrapped title sums its lines
 
 
@@ -104,9 +107,11 @@ def slug(title: str) -> str:
 
 @pytest.fixture(scope="module")
 def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
-    """Make a store of a few small real runs, then visit every page once and record what it drew."""
+    """Make a store of a few small real runs and a small study for each page that draws one (a search, a budget
+    sweep, a sparse profile), then visit every page once and record what it drew."""
     import dpviz
     from dashboard.layout import PAGES
+    from dpviz import sweeps
     from dpviz.analyses.service import analyze
     from dpviz.config import RunConfig
     from dpviz.store import Store
@@ -121,6 +126,16 @@ def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
         for step in Store(cache_dir).feature_steps(s["run_id"]):
             for name in ("knn", "separability"):
                 analyze(Store(cache_dir), s["run_id"], name, step=step)
+    fast = dict(epochs=2, batch_size=512, eval_every=50)  # a study of each page that draws one (≈ 25 s in all)
+    studies = [sweeps.create_search(RunConfig(strategy="lp-fft", epsilon=2.0, **fast), {"lr_lp": [0.05, 5.0],
+                                    "lr_ft": [0.001, 0.3]}, trials=5, proxy="glyphs", cache_dir=cache_dir),
+               sweeps.create_budget_sweep(RunConfig(**fast), sweeps.budget_grid(epsilons=["1", "8"],
+                                          fractions=[0.0, 0.5, 1.0], seeds=[0]), cache_dir=cache_dir),
+               sweeps.create_grid_sweep("sparse", RunConfig(strategy="sparse", **{**fast, "epochs": 3}),
+                                        sweeps.sparse_points(epsilons=["2"], sparsities=[0.2], seeds=[0],
+                                                             selections=["sparta", "bias"]), cache_dir=cache_dir)]
+    for study in studies:
+        sweeps.work(study, run=dpviz.run, cache_dir=cache_dir)
     shots, seen = screenshot_dir(), {}
     with browser() as b, server(cache_dir, shots / "server.log") as url:
         page = b.new_page(viewport={"width": WIDTH, "height": HEIGHT})

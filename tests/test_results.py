@@ -77,14 +77,19 @@ def test_knn_dip_reading_names_only_runs_that_fall_past_the_tolerance():
     df = pd.DataFrame([{"label": lab, "step": s, "value": v} for lab, vals in
                        (("fft", (0.8, 0.7, 0.85)), ("lp-fft", (0.8, 0.79, 0.86))) for s, v in enumerate(vals)])
     df.attrs["missing"] = [("r", 3)]
-    assert results.knn_dip_reading(df) == ("kNN accuracy dips below its starting value for fft; "
+    assert results.knn_dip_reading(df) == ("kNN accuracy dips more than 0.02 below its starting value for fft; "
                                            "1 checkpoint(s) still being analysed.")
+    df.attrs["missing"] = []
+    assert results.knn_dip_reading(df[df["label"] == "lp-fft"]) == (
+        "kNN accuracy dips more than 0.02 below its starting value for no run (the largest fall: lp-fft, by 0.010).")
 
 
 def test_law_reading_prefers_the_highest_r2_and_ranks_nan_last():
     ss = [{"label": "a", "rho": 0.5, "r2": float("nan")}, {"label": "b", "rho": 0.7, "r2": 0.95},
           {"label": "c", "rho": 0.9, "r2": 0.5}]
-    assert results.law_reading(ss, "D_l").startswith("D_l: the straightest decay is b (ρ = 0.7, R² = 0.95)")
+    assert results.law_reading(ss, "D_l") == ("D_l: the straightest decay is b (ρ = 0.7, R² = 0.95); ρ < 1 with R² "
+                                              "near 1 means the law holds.")
+    assert results.law_reading(ss[::2], "D_l").endswith("so here it holds for no run (no fit reaches R² = 0.8).")
 
 
 def test_best_run_reading_and_accountants_reading():
@@ -207,6 +212,18 @@ def test_stored_ids_and_runs_of_skip_deleted_and_other_strategies(tmp_path):
     assert results.stored_ids(store, [ids[2], "gone", ids[1], ids[0]]) == [ids[2], ids[0]]
     assert [r["run_id"] for r in results.runs_of(store, "continual")] == [ids[2], ids[0]]  # newest first
     assert [r["run_id"] for r in results.runs_of(store, "continual", finished_only=True)] == [ids[0]]
+
+
+def test_pickers_offer_the_users_own_runs_first_then_their_sweeps_trials(tmp_path):
+    """A sweep's trials newer than the user's runs do not push them out of a page's default (its first few)."""
+    store = Store(tmp_path)
+    made = []
+    for kind, seed in (("user", 0), ("trial", 1), ("user", 2), ("trial", 3), ("trial", 4)):
+        c = RunConfig(strategy="continual", seed=seed)
+        made.append(store.create_run(c.hash(), c.to_json(), 10, kind=kind))
+    order = [r["run_id"] for r in results.offered(results.shown_runs(store))]
+    assert order == [made[2], made[0], made[4], made[3], made[1]]
+    assert [r["run_id"] for r in results.runs_of(store, "continual")] == order
 
 
 def test_embedding_table_flattens_frames():

@@ -284,3 +284,16 @@ def test_points_and_ranges_are_checked_by_the_library_naming_the_field():
     for ranges, field in (({"lr_ft": [1.0, float("inf")]}, "lr_ft"), ({"batch_size": [0.5, 8]}, "batch_size")):
         with pytest.raises(ConfigError, match=f"^{field}: "):
             sweeps.check_ranges(base, ranges)
+
+
+def test_pages_are_not_offered_the_proxy_searches_of_auto_rates(cache_dir):
+    """A user's search and an "auto" rate's proxy search (marked ``auto``): the Tuning page's picker
+    (`studies(..., auto=False)`) lists the user's only; the command line still sees both."""
+    from dpviz import proxy_search
+
+    cfg = RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0)
+    mine = sweeps.create_search(cfg, {"lr_ft": [0.003, 0.3]}, trials=3, cache_dir=cache_dir)
+    proxy_search.search(cfg, ["lr_ft"], cache_dir=cache_dir, trials=2, run=False)  # created, marked, not run
+    offered = [s.study_name for s in sweeps.studies(cache_dir=cache_dir, kind="tune", auto=False)]
+    assert offered == [mine.study_name]
+    assert len(sweeps.studies(cache_dir=cache_dir, kind="tune")) == 2

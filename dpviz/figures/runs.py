@@ -9,8 +9,11 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout
+from .style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout, log_axis
 from .style import label as axis_label
+
+LOG_METRICS = ("lr",)
+"""Metrics drawn on a log axis: a learning rate spans decades (LP-FFT's head rate is ~30× its backbone's)."""
 
 
 def _title(metric: str, df: pd.DataFrame) -> str:
@@ -36,7 +39,8 @@ def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
         style = DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k) % len(DASHES)]
         fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=label, mode="lines",
                                  line=dict(color=color(strat), dash=style)))
-    return _layout(fig, _title(metric, df) if len(df) else axis_label(metric), axis_label(metric))
+    fig = _layout(fig, _title(metric, df) if len(df) else axis_label(metric), axis_label(metric))
+    return log_axis(fig, "y", d["value"]) if metric in LOG_METRICS and len(d) else fig
 
 
 def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:

@@ -95,9 +95,12 @@ def title_lines(title: str | None) -> int:
 
 
 def title_style(title: str | None, height: int) -> dict:
-    """The title at the top left, 10 px under the figure's top edge (whatever its number of lines)."""
-    return dict(text=title, font=dict(size=15), x=0.01, xanchor="left", y=1 - 10 / height, yanchor="top",
-                yref="container")
+    """The title at the top left, its lines centred on a point 10 px + half their height under the figure's
+    top edge. Anchored by its middle, not its top: plotly.js 3 (the exports' kaleido and standalone HTML)
+    ignores the anchor of a title of several lines and puts its first line there, which pushed a top-anchored
+    title of two lines out of the image; centred, it stays whole in both that and Streamlit's plotly.js."""
+    return dict(text=title, font=dict(size=15), x=0.01, xanchor="left", y=1 - (10 + 10 * title_lines(title)) / height,
+                yanchor="middle", yref="container")
 
 
 def title_margin(title: str | None) -> int:
@@ -110,6 +113,21 @@ def legend_below() -> dict:
     return dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", title=None)
 
 
+def power_text(k: int) -> str:
+    """10^k written as plotly writes a log axis's ticks (`log_axis`): 1, 10, 10<sup>2</sup>, 10<sup>−3</sup>…, for
+    axes that plotly does not tick itself (the tuning study's parallel coordinates)."""
+    return "1" if k == 0 else "10" if k == 1 else f"10<sup>{'' if k > 0 else '−'}{abs(k)}</sup>"
+
+
+def decades(values) -> tuple[int, int]:
+    """The whole decades (lo, hi exponents, hi > lo) that span the positive ``values``: a log axis's range."""
+    import math
+
+    v = [math.log10(float(x)) for x in values if x is not None and math.isfinite(float(x)) and float(x) > 0]
+    lo, hi = math.floor(min(v)), math.ceil(max(v))
+    return lo, max(hi, lo + 1)
+
+
 def log_axis(fig: go.Figure, axis: str, values=(), **selector) -> go.Figure:
     """Make ``axis`` ("x" or "y") of ``fig`` a log axis with ticks at powers of ten only, labelled 10^k.
 
@@ -118,10 +136,8 @@ def log_axis(fig: go.Figure, axis: str, values=(), **selector) -> go.Figure:
     import math
 
     kw = dict(type="log", dtick=1, exponentformat="power", showexponent="all", minor=dict(showgrid=False))
-    v = [float(x) for x in values if x is not None and math.isfinite(float(x)) and float(x) > 0]
-    if v:
-        lo, hi = math.floor(math.log10(min(v))), math.ceil(math.log10(max(v)))
-        hi = max(hi, lo + 1)
+    if any(x is not None and math.isfinite(float(x)) and float(x) > 0 for x in values):
+        lo, hi = decades(values)
         kw["range"] = [lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo)]  # points on a decade stay whole
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**kw, **selector)
     return fig

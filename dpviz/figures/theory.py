@@ -8,11 +8,12 @@ from .style import BEST, DASHES, GREY, SERIES, color, eps_text, log_axis, layout
 
 METRIC_LABELS = {
     "loss": "training loss",
-    "test_accuracy": "test accuracy of the network (fraction)",
-    "alignment": "first layer's alignment with z (mean o_j·cos(w_j, z))",
-    "probe_accuracy": "linear probe's test accuracy on the hidden features",
-    "head_alignment": "head's alignment with the best head (cos)",
+    "test_accuracy": "test accuracy of the network<br>(fraction)",
+    "alignment": "first layer's alignment with z<br>(mean o<sub>j</sub>·cos(w<sub>j</sub>, z))",
+    "probe_accuracy": "linear probe's test accuracy<br>on the hidden features",
+    "head_alignment": "head's alignment with<br>the best head (cos)",
 }
+"""Axis titles of two short lines: one long line ran up into the title of a figure in a half-width column."""
 TITLES = {
     "loss": "Training loss (Thms 4.2–4.5)",
     "test_accuracy": "Test accuracy",
@@ -41,8 +42,10 @@ def time_figure(c, metric: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=t, y=c.closed_form, mode="lines", name="LP, closed form (OU process)",
                                  line=dict(color=color("lp"), dash="dot", width=3)))
     switch = c.setting["lp_share"] * c.setting["time"]
-    if 0 < switch < c.setting["time"]:
-        fig.add_vline(x=switch, line=dict(color=GREY, dash="dash"), annotation_text="LP-FFT switches")
+    if 0 < switch < c.setting["time"]:  # a legend entry, not a label over the curves
+        ys = [y for tr in fig.data for y in tr.y]
+        fig.add_trace(go.Scatter(x=[switch, switch], y=[min(ys), max(ys)], mode="lines", name="LP-FFT switches",
+                                 line=dict(color=GREY, dash="dash", width=1), hoverinfo="skip"))
     s = c.setting
     return _layout(fig, f"{TITLES[metric]}<br>ε = {eps_text(s['epsilon'])}, noise s = {c.noise:.3g}",
                    "diffusion time t", METRIC_LABELS[metric], height=380)

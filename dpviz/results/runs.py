@@ -3,7 +3,8 @@
 Holds what the run figures (`dpviz.figures.runs`) and the Compare, Budget and Public → private pages
 read: `run_label` and `caption` (labels), `curves` / `seed_bands` (long metric tables and their mean ±
 std over seeds, `group_key` grouping runs that differ only by seed), `final_table` (one row per run)
-with `best_run_reading`, `shown_runs` / `stored_ids` / `runs_of` / `matching_run` (which runs to show, and a run's
+with `best_run_reading`, `shown_runs` / `offered` / `stored_ids` / `runs_of` / `matching_run` (which runs to show
+and in which order, and a run's
 "twin" under another strategy), `switch_step` (a continual run's switch to private data) and
 `budget_reading` (the best LP share per ε under the budget split's utility curve).
 
@@ -39,6 +40,14 @@ def shown_runs(store: Store, *, search: bool = False) -> list[dict]:
     """The runs pages list and offer, oldest first: the user's and their studies' trials (`store.SHOWN`),
     and the trials of "auto" proxy searches too only when ``search`` (the user asked to see them)."""
     return store.list_runs(kind=None if search else SHOWN)
+
+
+def offered(runs: list[dict]) -> list[dict]:
+    """``runs`` (oldest first, as the store lists them) in a picker's order: the user's own launches newest
+    first, then the rest (their studies' trials, searches asked for) newest first — so the runs a page picks
+    by default, its first few, are the user's own where there are any, not the points of a sweep."""
+    new = list(reversed(runs))
+    return [r for r in new if r.get("kind", "user") == "user"] + [r for r in new if r.get("kind", "user") != "user"]
 
 
 def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
@@ -110,9 +119,9 @@ def stored_ids(store: Store, run_ids) -> list[str]:
 
 
 def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list[dict]:
-    """Stored runs of ``strategy`` that pages offer (`shown_runs`), newest first (only finished ones when
-    ``finished_only``)."""
-    return [r for r in reversed(shown_runs(store))
+    """Stored runs of ``strategy`` that pages offer (`shown_runs`) in a picker's order (`offered`: the user's
+    own newest first), only finished ones when ``finished_only``."""
+    return [r for r in offered(shown_runs(store))
             if r["config"]["strategy"] == strategy and (r["status"] == "finished" or not finished_only)]
 
 
