@@ -23,12 +23,8 @@ from .sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_
 
 __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis_curves", "batch_prediction_reading",
            "best_run_reading", "budget_reading", "cached_analysis", "caption", "curvature_reading", "curvature_table",
-<<<<<<< HEAD
-           "curves", "embedding_frames", "embedding_table", "feature_texts", "final_table", "group_key", "knn_dip_reading",
-           "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of", "profile_table",
-=======
-           "curves", "embedding_frames", "embedding_table", "final_table", "group_key", "knn_dip_reading",
-           "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of", "offered", "profile_table",
->>>>>>> wt-28
+           "curves", "embedding_frames", "embedding_table", "feature_texts", "final_table", "group_key",
+           "knn_dip_reading", "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of",
+           "offered", "profile_table",
            "run_label", "runs_of", "seed_bands", "shown_runs", "sparse_mask", "sparse_verdict", "step_time_ms",
            "step_time_reading", "stored_ids", "switch_step"]
