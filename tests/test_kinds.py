@@ -44,7 +44,8 @@ def test_list_runs_filters_by_kind_and_a_user_request_claims_a_search_run(cache_
     ids = {k: stored(store, k, epsilon=e) for k, e in (("user", 1.0), ("trial", 2.0), ("search", 4.0))}
     assert [r["run_id"] for r in store.list_runs(kind="search")] == [ids["search"]]
     assert [r["run_id"] for r in results.shown_runs(store)] == [ids["user"], ids["trial"]]
-    assert len(results.shown_runs(store, search=True)) == 3 and results.runs_of(store, "lp")[0]["run_id"] == ids["trial"]
+    assert len(results.shown_runs(store, search=True)) == 3
+    assert [r["run_id"] for r in results.runs_of(store, "lp")] == [ids["user"], ids["trial"]]  # the user's own first
     assert results.run_label(store.get_run(ids["trial"])).endswith("· trial")
     with pytest.raises(ConfigError, match="kind"):
         store.list_runs(kind="helper")
