@@ -10,12 +10,18 @@ step and Opacus (hooks, ghost clipping) on the built-in CNN, torchvision ResNet-
 and timm ViT-S/16, time and peak-memory ratios; ``--profile DIR`` also writes
 torch.profiler tables of dpviz's step per model. Usage: python bench/bench_dp_step.py
 --device cuda [--models cnn resnet18 resnet50 vit_small] [--profile DIR]
+
+Real pretrained backbones (``--backbone minilm efficientnet_lite0``, see `dp_step_real`): the same four
+methods on MiniLM over the real-text task's tweets and on EfficientNet-Lite0 over Fashion-MNIST, B = 64,
+on the CPU or with ``--device cuda``; ``--profile DIR`` writes torch.profiler tables of the plain and
+dpviz steps. Usage: python bench/bench_dp_step.py --backbone minilm [efficientnet_lite0] [--device cuda]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import time
 from pathlib import Path
 
 import torch
@@ -78,9 +84,47 @@ def cuda_main(args) -> None:
     print("\n".join(gpu.table(results)))
 
 
+def real_main(args, names) -> None:
+    import os
+
+    import opacus
+
+    import dp_step_real as real
+
+    B = args.batch or 64
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    print(f"# {where}, torch {torch.__version__}, Opacus {opacus.__version__}; {clock.__name__}; load average "
+          f"{os.getloadavg()[0]:.2f} at the start", flush=True)
+    results = {}
+    for name in names:
+        for inputs in real.REAL[name][2]:
+            if args.inputs and inputs not in args.inputs:
+                continue
+            key = (name, inputs, real.tokens(name, inputs, B))
+            results[key] = real.measure(name, inputs, B, args.device, methods=args.methods, rounds=args.rounds,
+                                        reps=args.reps, memory=not args.no_memory, clock=clock)
+            print("\n".join(real.table({key: results[key]})[2:]), flush=True)
+            if args.profile:
+                real.profile(name, inputs, B, Path(args.profile) / f"profile-{name}-{inputs}.txt", args.device)
+    print(f"# load average {os.getloadavg()[0]:.2f} at the end")
+    print("\n".join(real.table(results)))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--batch", type=int, help="batch size (default 256; 64 for the real backbones)")
+    ap.add_argument("--backbone", nargs="+", default=["cnn", "vit"],
+                    choices=["cnn", "vit", "minilm", "efficientnet_lite0"])
+    ap.add_argument("--inputs", nargs="+", help="real backbones: only these inputs (tweets, random, fashion-mnist)")
+    ap.add_argument("--rounds", type=int, default=7, help="real backbones: alternating timing rounds")
+    ap.add_argument("--reps", type=int, default=2, help="real backbones: steps per method and round")
+    ap.add_argument("--threads", type=int, help="real backbones: torch threads (default: torch's)")
+    ap.add_argument("--cpu-time", action="store_true", help="real backbones: time by process CPU time (with "
+                    "--threads 1: what other processes' load does not inflate)")
+    ap.add_argument("--no-memory", action="store_true", help="real backbones: time only")
     ap.add_argument("--modes", nargs="+", default=["auto", "hooks"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--models", nargs="+", default=["cnn", "resnet18", "resnet50", "vit_small"])
@@ -88,11 +132,15 @@ def main():
     ap.add_argument("--profile", help="folder for torch.profiler tables of dpviz's GPU step")
     args = ap.parse_args()
     torch.manual_seed(0)
+    real = [b for b in args.backbone if b in ("minilm", "efficientnet_lite0")]
+    if real:
+        return real_main(args, real)
+    args.batch = args.batch or 256
     if args.device == "cuda":
         return cuda_main(args)
     print(f"| backbone | strategy | per-sample path | DP step (ms) | non-private step (ms) | ratio |")
     print("|---|---|---|---|---|---|")
-    for backbone in ("cnn", "vit"):
+    for backbone in args.backbone:
         for mode in args.modes:
             for strat, (dp, plain, used) in measure(backbone, args.batch, mode).items():
                 if mode != "auto" and strat != "fft":

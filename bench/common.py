@@ -25,10 +25,12 @@ def prepared(**kw):
     return engine.prepare(RunConfig(**kw).fixed_rates(), cache_dir=CACHE, with_curve=False)  # σ only: fixed rates
 
 
-def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None) -> dict:
+def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None, clock=time.perf_counter) -> dict:
     """Median seconds per call of each fn, timing them in alternation so load drifts hit all.
 
-    ``sync`` runs before each clock read (``torch.cuda.synchronize`` for GPU work).
+    ``sync`` runs before each clock read (``torch.cuda.synchronize`` for GPU work); ``clock``:
+    ``time.process_time`` counts this process's CPU time instead of wall time (on one thread, what a
+    loaded machine does not inflate).
     """
     for f in fns.values():
         f()  # warm-up
@@ -36,11 +38,11 @@ def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None) ->
     times = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
-            t = time.perf_counter()
+            t = clock()
             for _ in range(reps):
                 f()
             sync()
-            times[k].append((time.perf_counter() - t) / reps)
+            times[k].append((clock() - t) / reps)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

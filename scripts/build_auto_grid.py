@@ -8,6 +8,8 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
 
     python scripts/build_auto_grid.py                         # CNN, every strategy, the default grid
     python scripts/build_auto_grid.py --backbones vit --strategies lp fft lp-fft
+    python scripts/build_auto_grid.py --task real-text --strategies lp fft lp-fft --epsilons 1 8 inf \
+        --lp-fractions 0.5   # a real task's preset (dpviz.tasks), its public stand-in as the proxy
 """
 
 from __future__ import annotations
@@ -23,19 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from dpviz import autotune, strategies  # noqa: E402
+from dpviz import autotune, strategies, tasks  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
 
 EPSILONS = ("0.5", "1", "2", "4", "8", "16", "inf")
 AXES = {"lp_fraction": (0.1, 0.3, 0.5, 0.7, 0.9)}
 
 
-def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log) -> dict:
-    """Search every grid point of one (backbone, strategy) and return its grid entry."""
+def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task: str = "default",
+              axes_values: dict = AXES) -> dict:
+    """Search every grid point of one (backbone, strategy) of ``task`` and return its grid entry."""
     axes = strategies.get(strategy).auto_axes
-    points, key = [], None
-    for eps, *ax in itertools.product(epsilons, *(AXES[a] for a in axes)):
-        cfg = RunConfig(backbone=backbone, strategy=strategy, epsilon=eps, **dict(zip(axes, ax)))
+    points, key, base = [], None, {"backbone": backbone, **tasks.task_fields(task)}
+    for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes)):
+        cfg = tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
         fields = autotune.used_fields(cfg)
         key = key or json.loads(autotune.key_of(cfg))
         t0 = time.time()
@@ -44,14 +47,18 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log) -> d
         points.append({"epsilon": eps, **dict(zip(axes, ax)), "values": {f: best.params[f] for f in fields},
                        "proxy_accuracy": best.value, "study": study.study_name, "trials": len(done)})
         log(f"{backbone} {strategy} ε={eps} {dict(zip(axes, ax))}: {points[-1]['values']} "
-            f"(glyphs acc {best.value:.3f}, {time.time() - t0:.0f} s)")
-    return {"key": key, "backbone": backbone, "strategy": strategy, "axes": list(axes),
-            "proxy": autotune.proxy_for("digits"), "trials": autotune.trials_for(fields), "points": points}
+            f"({autotune.proxy_for(cfg.dataset)} acc {best.value:.3f}, {time.time() - t0:.0f} s)")
+    return {"key": key, "backbone": cfg.backbone, "strategy": strategy, "axes": list(axes), "task": task,
+            "proxy": autotune.proxy_for(cfg.dataset), "trials": autotune.trials_for(fields), "points": points}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", default="default", choices=list(tasks.TASKS),
+                   help="the task whose preset the searches tune (a real task fixes its own backbone)")
     p.add_argument("--backbones", nargs="+", default=["cnn"])
+    p.add_argument("--lp-fractions", nargs="+", type=float, default=list(AXES["lp_fraction"]),
+                   help="lp-fft's LP-share axis (a real task: its default alone keeps the build short)")
     p.add_argument("--strategies", nargs="+", default=["lp", "fft", "lp-fft", "partial", "continual", "sparse",
                                                           "lora"])
     p.add_argument("--epsilons", nargs="+", default=list(EPSILONS))
@@ -62,10 +69,12 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"entries": []}
-    for backbone, strategy in itertools.product(a.backbones, a.strategies):
-        e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True))
+    backbones = a.backbones if a.task == "default" else [tasks.task_fields(a.task)["backbone"]]
+    for backbone, strategy in itertools.product(backbones, a.strategies):
+        e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True),
+                      task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)})
         doc["entries"] = [x for x in doc["entries"] if x["key"] != e["key"]] + [e]
-        doc.update(version=1, note="learning rates tuned on public glyphs only (scripts/build_auto_grid.py); "
+        doc.update(version=1, note="learning rates tuned on public data only (glyphs; a real task's public stand-in) (scripts/build_auto_grid.py); "
                                    "no private data was read")
         out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")  # after each entry: resumable
 
