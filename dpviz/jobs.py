@@ -129,7 +129,7 @@ class JobManager:
 
         try:
             job.summary = run(job.cfg, store=self.store, force=force, progress=progress, cancel=job.cancel_event,
-                              on_start=started, on_checkpoint=self.queue_analyses if self.analyses else None,
+                              on_start=started, on_checkpoint=self._unattended if self.analyses else None,
                               search_progress=searching)
             job.status = "finished"
         except Cancelled:
@@ -140,20 +140,29 @@ class JobManager:
         finally:
             job.phase = job.status
 
-    def queue_analyses(self, run_id: str, step: int) -> tuple[Future, Future]:
-        """Queue a new checkpoint's background analyses: feature analyses in the analysis thread,
+    def _unattended(self, run_id: str, step: int):
+        return self.queue_analyses(run_id, step, unattended_only=True)
+
+    def queue_analyses(self, run_id: str, step: int, unattended_only: bool = False) -> tuple[Future, Future]:
+        """Queue a checkpoint's background analyses: feature analyses in the analysis thread,
         curvature (seconds per checkpoint) in its own thread so it never delays the feature views.
+        ``unattended_only``: a training run's new checkpoint, nobody asked (`service.unattended`).
         Returns both futures (features, curvature): a page waits on them to stop polling."""
         from .analyses.service import analyze_checkpoint
 
         def work(kind):
             try:
-                analyze_checkpoint(self.store, run_id, step, kind=kind)
+                analyze_checkpoint(self.store, run_id, step, kind=kind, unattended_only=unattended_only)
             except Exception as e:  # noqa: BLE001 - an analysis failure must not touch the run
                 self.store.event(run_id, "analysis-failed", f"step {step}: {type(e).__name__}: {e}")
 
-        curvature = self.curvature_pool.submit(work, "model")
-        return self.analysis_pool.submit(work, "features"), curvature
+        try:
+            curvature = self.curvature_pool.submit(work, "model")
+            return self.analysis_pool.submit(work, "features"), curvature
+        except RuntimeError:  # pools shut down (the server stopping): the run itself must not fail for it;
+            done = Future()   # a page computes a missing analysis on demand later
+            done.set_result(None)
+            return done, done
 
     def cancel(self, job_id: int) -> None:
         self.jobs[job_id].cancel()
@@ -165,6 +174,8 @@ class JobManager:
         if cancel:
             for j in self.active():
                 j.cancel()
-        self.pool.shutdown(wait=True)
-        self.analysis_pool.shutdown(wait=True)
-        self.curvature_pool.shutdown(wait=True)
+        self.pool.shutdown(wait=True)  # cancelled runs stop at their next step
+        # queued analyses are dropped when cancelling (pages recompute a missing one on demand); the one
+        # running finishes, so no cache entry is half written
+        self.analysis_pool.shutdown(wait=True, cancel_futures=cancel)
+        self.curvature_pool.shutdown(wait=True, cancel_futures=cancel)

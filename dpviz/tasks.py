@@ -44,7 +44,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task(name="real-text", label="real text: MiniLM on tweets (positive vs negative)", modality="text",
          public="phrases-sentiment",
          fields=dict(dataset="tweets", backbone="minilm", max_length=48, train_size=4000, batch_size=256,
-                     epochs=3, public_dataset="phrases-sentiment")),
+                     epochs=2, public_dataset="phrases-sentiment")),
     Task(name="real-vision", label="real vision: EfficientNet-Lite0 on Fashion-MNIST",
          fields=dict(dataset="fashion-mnist", backbone="efficientnet_lite0", train_size=4000, batch_size=256,
                      epochs=3)),

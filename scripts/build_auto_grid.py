@@ -9,7 +9,7 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
     python scripts/build_auto_grid.py                         # CNN, every strategy, the default grid
     python scripts/build_auto_grid.py --backbones vit --strategies lp fft lp-fft
     python scripts/build_auto_grid.py --task real-text --strategies lp fft lp-fft --epsilons 1 8 inf \
-        --lp-fractions 0.5   # a real task's preset (dpviz.tasks), its public stand-in as the proxy
+        --lp-fractions 0.3   # a real task's preset (dpviz.tasks), its public stand-in as the proxy
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task
               axes_values: dict = AXES) -> dict:
     """Search every grid point of one (backbone, strategy) of ``task`` and return its grid entry."""
     axes = strategies.get(strategy).auto_axes
-    points, key, base = [], None, {"backbone": backbone, **tasks.task_fields(task)}
+    points, key = [], None
+    base = {"backbone": backbone} if task == "default" else {}  # a real task's preset brings its backbone
     for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes)):
         cfg = tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
         fields = autotune.used_fields(cfg)

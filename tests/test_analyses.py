@@ -144,6 +144,18 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
     z = np.load(tmp_path / "f.npz")
     assert rc == 0 and sorted(z.files) == ["labels", "layer_0", "layer_1", "layer_2", "layer_3"]
     assert z["layer_0"].shape == (50, 256)
+    # a checkpoint that arrives after the server stopped (a run still finishing): no error for the run,
+    # nothing computed; a cancelling shutdown drops queued analyses instead of waiting for them
+    jm2 = dpviz.JobManager(cache_dir, max_workers=1)
+    with store._conn() as c:
+        c.execute("DELETE FROM analyses WHERE run_id=?", (s["run_id"],))
+    queued = [jm2.queue_analyses(s["run_id"], st) for st in steps]
+    jm2.shutdown()
+    late = jm2.queue_analyses(s["run_id"], 12)
+    assert all(f.done() and f.result() is None for f in late)
+    with store._conn() as c:
+        left = c.execute("SELECT COUNT(*) FROM analyses WHERE run_id=?", (s["run_id"],)).fetchone()[0]
+    assert left < 4 * len(steps) and sum(f.cancelled() for q in queued for f in q) > 0
 
 
 def test_presets_are_valid_configs_of_the_papers_settings():

@@ -78,14 +78,15 @@ def test_efficientnet_trains_on_fashion_mnist(strategy, tmp_path):
     assert summary["epsilon_spent"] <= cfg.epsilon + 1e-9 and summary["n_train"] == 40
 
 
-def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts(tmp_path):
-    """The CLI's preset, overridden down to a tiny run; the checkpoint keeps the texts for the map's hover."""
+def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts_and_analysed(tmp_path):
+    """The CLI's preset, overridden down to a tiny DP-FFT run; the checkpoint keeps the texts for the map's
+    hover; what runs unattended leaves the curvature to be asked for, which then probes at most 32 texts."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-m", "dpviz", "--cache-dir", str(tmp_path), "run", "--preset", "real-text",
-                          "--strategy", "lp", "--train-size", "48", "--max-length", "16", "--batch-size", "16",
-                          "--epochs", "1", "--eval-subset", "20", "--lr-lp", "0.5", "--json", "--quiet"],
+                          "--strategy", "fft", "--train-size", "48", "--max-length", "16", "--batch-size", "16",
+                          "--epochs", "1", "--eval-subset", "20", "--lr-ft", "0.01", "--json", "--quiet"],
                          capture_output=True, text=True, env={**__import__("os").environ,
                                                               "DPVIZ_BACKGROUND_ANALYSES": "off"})
     assert out.returncode == 0, out.stderr
@@ -100,6 +101,16 @@ def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts(tmp_path
     assert len(feats["texts"]) == len(feats["labels"]) == 20
     assert list(feats["class_names"]) == ["negative", "positive"]
     assert len([k for k in feats if k.startswith("layer_")]) == 7  # embeddings + 6 layers, pooled
+    from dpviz.analyses import hessian, service
+
+    rid, steps = summary["run_id"], store.feature_steps(summary["run_id"])
+    done = service.analyze_missing(store, rid, unattended_only=True)  # what a run's detached process does
+    assert {d["analysis"] for d in done} == {"knn", "separability", "residual"} and len(done) == 3 * len(steps)
+    law = service.analyze(store, rid, "separability")
+    assert len(law["fuzziness"]) == 7 and min(law["fuzziness"]) > 0  # the embeddings, then 6 layers, pooled
+    curv = service.analyze(store, rid, "hessian", max_probes=2, min_probes=2, sigma_samples=2)  # asked for
+    assert curv["batch"] == hessian.LARGE_BATCH < summary["n_train"] and curv["n_parameters"] > hessian.LARGE
+    assert math.isfinite(curv["trace"]) and curv["decelerator"]["value"] > 0
 
 
 def test_auto_rates_for_a_real_text_task_are_searched_on_its_public_stand_in_only(tmp_path, monkeypatch):

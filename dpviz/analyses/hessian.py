@@ -77,11 +77,18 @@ def trainable_params(model: nn.Module, trainable: str) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+LARGE, LARGE_BATCH = 2_000_000, 32
+"""Above LARGE trainable weights the probes use at most LARGE_BATCH examples (a wider standard error,
+reported), so one checkpoint's curvature of a real pretrained network takes a minute, not an hour."""
+
+
 @register("hessian", "tr(H) (Hutchinson ± s.e.), GᵀHG, tr(HΣ) and the DP decelerator σ²C²tr(H)/(B²c²)",
           kind="model", batch=256, rtol=0.05, max_probes=100, min_probes=10, sigma_samples=16, seed=0)
 def hessian(ck: Checkpoint, *, batch: int, rtol: float, max_probes: int, min_probes: int, sigma_samples: int,
             seed: int) -> HessianResult:
     params = trainable_params(ck.model, ck.trainable)
+    if sum(p.numel() for p in params) > LARGE:  # e.g. MiniLM's 11M: B = 256 would need ~11 GB and minutes
+        batch = min(batch, LARGE_BATCH)         # per probe; the result's ``batch`` says what was used
     x, y = ck.x[:batch], ck.y[:batch]
     g = torch.Generator().manual_seed(seed)
     lc = curvature.LossCurvature(ck.model, x, y, params)

@@ -1,7 +1,7 @@
 """kNN accuracy of backbone (penultimate) features: how well the features alone classify.
 
 Top-1 accuracy of a k-nearest-neighbour vote (cosine similarity, k = 20 as in
-Ke et al. 2024) by 2-fold cross-validation on the stored evaluation subset: points
+Ke et al. 2024, or half the stored examples where fewer than 40 are stored) by 2-fold cross-validation on the stored evaluation subset: points
 at even positions vote for those at odd positions and vice versa. Votes tie
 to the smallest label, as scikit-learn's `KNeighborsClassifier` does.
 """
@@ -51,9 +51,14 @@ def check_k(k, n: int) -> None:
         raise ConfigError("k", f"an integer in [1, {n // 2}] (half of the {n} stored examples vote)", k)
 
 
-@register("knn", "k-NN accuracy (cosine, 2-fold) of the penultimate features", k=20)
-def knn(features: dict, k: int = 20) -> KnnResult:
+K = 20
+"""The default k (Ke et al. 2024); a checkpoint of fewer than 2·K stored examples uses half of them."""
+
+
+@register("knn", "k-NN accuracy (cosine, 2-fold) of the penultimate features", k=None)
+def knn(features: dict, k: int | None = None) -> KnnResult:
     x, y = layers(features)[-1], np.asarray(features["labels"])
+    k = min(K, len(y) // 2) if k is None else k  # the default fits a small evaluation subset
     check_k(k, len(y))
     correct = sum((knn_predict(x[a], y[a], x[b], k) == y[b]).sum() for a, b in folds(len(y)))
     return KnnResult(float(correct / len(y)), int(k), int(len(y)), len(layers(features)) - 1)

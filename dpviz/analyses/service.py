@@ -127,14 +127,35 @@ def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], refere
     return wanted
 
 
-def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = None) -> list[str]:
+def unattended(store: Store, run_id: str) -> tuple[str, ...]:
+    """The analyses computed for ``run_id`` with no one asking (while it trains, after a CLI run).
+
+    Model analyses (curvature: Hessian-vector products through the whole network) run unattended only
+    on dpviz's own small backbones. On a real pretrained one they take minutes per checkpoint and
+    gigabytes (MiniLM, B = 256: ~11 GB and over 8 CPU-minutes without finishing the first of 11
+    checkpoints), which would slow the user's next run; there the Curvature page or ``analyze hessian``
+    computes them when asked.
+    """
+    from ..catalog import BACKBONES
+
+    entry = BACKBONES.get(store.get_run(run_id)["config"].get("backbone", "cnn"))
+    return BACKGROUND if entry is None or entry.own else tuple(n for n in BACKGROUND
+                                                                if REGISTRY[n].kind != "model")
+
+
+def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = None,
+                       unattended_only: bool = False) -> list[str]:
     """Compute and cache the background analyses (of one ``kind``, or all) for one checkpoint.
+
+    Args:
+        unattended_only: only those `unattended` allows (a run's new checkpoint, a CLI run's detached
+            process: nobody asked); False when a page asks for them.
 
     Returns: the names computed now (those already stored, and model analyses of runs stored without
     weights, are skipped).
     """
-    done = []
-    for name in (n for n in BACKGROUND if kind is None or REGISTRY[n].kind == kind):
+    done, names = [], unattended(store, run_id) if unattended_only else BACKGROUND
+    for name in (n for n in names if kind is None or REGISTRY[n].kind == kind):
         if cached(store, run_id, name, step=step) is not None:
             continue
         try:
@@ -147,12 +168,13 @@ def analyze_checkpoint(store: Store, run_id: str, step: int, kind: str | None = 
     return done
 
 
-def analyze_missing(store: Store, run_id: str, *, before=None) -> list[dict]:
+def analyze_missing(store: Store, run_id: str, *, before=None, unattended_only: bool = False) -> list[dict]:
     """Compute every background analysis of every checkpoint of ``run_id`` not stored yet.
 
     Args:
         before: called before each checkpoint's analyses (the detached process waits there while a
             run trains, `dpviz.idle`).
+        unattended_only: skip what `unattended` leaves to be asked for (the detached process).
 
     Returns: [{step, analysis}] of what was computed.
     """
@@ -161,5 +183,6 @@ def analyze_missing(store: Store, run_id: str, *, before=None) -> list[dict]:
     for step in store.feature_steps(run_id):
         if before is not None:
             before()
-        done += [{"step": step, "analysis": name} for name in analyze_checkpoint(store, run_id, step)]
+        done += [{"step": step, "analysis": name}
+                 for name in analyze_checkpoint(store, run_id, step, unattended_only=unattended_only)]
     return done

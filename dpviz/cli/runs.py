@@ -62,7 +62,8 @@ def add_analyze(sub) -> None:
     an.add_argument("--json", action="store_true")
     an.add_argument("--quiet", action="store_true", help="all: print nothing")
     an.add_argument("--when-idle", action="store_true", help="all: before each checkpoint, wait while a run "
-                    "of this store trains (what a run's detached background analyses do)")
+                    "of this store trains, and skip what runs only when asked for (curvature on a real pretrained "
+                    "backbone): what a run's detached background analyses do")
     an.set_defaults(handler=cmd_analyze)
 
 
@@ -227,7 +228,7 @@ def cmd_analyze(args) -> int:
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
         wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
-        done = analyze_missing(store, args.run_id, before=wait)
+        done = analyze_missing(store, args.run_id, before=wait, unattended_only=args.when_idle)
         if not args.quiet:
             print(dump(done) if args.json else f"{len(done)} analyses computed")
         return 0
