@@ -146,3 +146,19 @@ def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("task,strategy", [("real-text", "lp"), ("real-vision", "lp"),
+                                           ("real-vision", "lp-fft")])
+def test_the_real_presets_default_strategies_take_auto_rates_from_the_shipped_grid(task, strategy, tmp_path):
+    """Instant rates (nothing trains), tuned on the task's public stand-in, between the grid's ε = 1 and 8."""
+    from dpviz import autotune, tasks
+
+    cfg = tasks.config(task, strategy=strategy, epsilon=3.0)
+    out, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
+    assert res.source == "shipped" and res.proxy == {"real-text": "phrases-sentiment", "real-vision": "glyphs"}[task]
+    assert not out.auto and all(isinstance(getattr(out, f), float) for f in autotune.used_fields(cfg))
+    lo, hi = (autotune.resolve(cfg.replace(epsilon=e), search_ok=False)[0] for e in (1.0, 8.0))
+    for f in autotune.used_fields(cfg):  # log-linear in ε between the grid's two points
+        assert min(getattr(lo, f), getattr(hi, f)) <= getattr(out, f) * (1 + 1e-3)
+        assert getattr(out, f) <= max(getattr(lo, f), getattr(hi, f)) * (1 + 1e-3)

@@ -193,30 +193,34 @@ class BookKeeper:
                     "ones" + (" (HF BERT-family models pass position_ids of shape (1, T): call the model with "
                               "position_ids expanded to (B, T))" if isinstance(m, nn.Embedding) else ""))
         grads = list(torch.autograd.grad(loss_sum, [cache[m][1] for m in layers], allow_unused=True))
-        early, self.early = self.early, {}
-        if None in early.values():
-            raise RuntimeError("book-keeping: a norm layer's output gradient never arrived (an input that "
-                               "requires grad, or a norm output that does not reach the loss)")
-        n2s, prepared, blocks = [], [], [(p, v) for vecs in early.values() for p, v in vecs if p.requires_grad]
-        for i, m in enumerate(layers):
-            a, _, shape, keep = cache.pop(m)
-            g = grads[i] if grads[i] is not None else a.new_zeros(shape)
-            grads[i] = None  # each layer's g lives on only in what `_accumulate` needs
-            n2, state, vecs = self._norm2(m, a, g, _unchanged(keep))
-            n2s += [n2] if n2 is not None else []
-            prepared += [(m, state)] if state is not None else []
-            blocks += [(p, v) for p, v in vecs if p.requires_grad]
-        if B is not None and any(v.shape[0] != B for _, v in blocks):
-            raise RuntimeError(f"book-keeping: a norm layer's input is not a batch of {B} (broadcast over it?)")
-        vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
-        norms = torch.stack(n2s + ([rules.sq_rows(vec)] if blocks else [])).sum(0).sqrt()
-        factor = clip.clip_factors(norms, clip_norm, clipping)
-        for m, state in prepared:
-            self._accumulate(m, state, factor)
-        if blocks:  # Σ_i c_i v_i for all of them in one product
-            for (p, _), s in zip(blocks, (factor @ vec).split([v.shape[1] for _, v in blocks])):
-                p.grad = s.view(p.shape)
-        return norms, factor
+        # Below, nothing may record autograd history: a norm layer's per-sample vectors are computed from
+        # its trainable affine, and a p.grad with a graph would reach the parameter's own AccumulateGrad,
+        # a cycle through C++ that Python's gc cannot see (each run's model and activations leaked).
+        with torch.no_grad():
+            early, self.early = self.early, {}
+            if None in early.values():
+                raise RuntimeError("book-keeping: a norm layer's output gradient never arrived (an input that "
+                                   "requires grad, or a norm output that does not reach the loss)")
+            n2s, prepared, blocks = [], [], [(p, v) for vecs in early.values() for p, v in vecs if p.requires_grad]
+            for i, m in enumerate(layers):
+                a, _, shape, keep = cache.pop(m)
+                g = grads[i] if grads[i] is not None else a.new_zeros(shape)
+                grads[i] = None  # each layer's g lives on only in what `_accumulate` needs
+                n2, state, vecs = self._norm2(m, a, g, _unchanged(keep))
+                n2s += [n2] if n2 is not None else []
+                prepared += [(m, state)] if state is not None else []
+                blocks += [(p, v) for p, v in vecs if p.requires_grad]
+            if B is not None and any(v.shape[0] != B for _, v in blocks):
+                raise RuntimeError(f"book-keeping: a norm layer's input is not a batch of {B} (broadcast over it?)")
+            vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
+            norms = torch.stack(n2s + ([rules.sq_rows(vec)] if blocks else [])).sum(0).sqrt()
+            factor = clip.clip_factors(norms, clip_norm, clipping)
+            for m, state in prepared:
+                self._accumulate(m, state, factor)
+            if blocks:  # Σ_i c_i v_i for all of them in one product
+                for (p, _), s in zip(blocks, (factor @ vec).split([v.shape[1] for _, v in blocks])):
+                    p.grad = s.view(p.shape)
+            return norms, factor
 
     def _norm2(self, m, a, g, y=None):
         """Per-sample squared norm of the layer's weight matrix (or None), what `_accumulate` needs for it,
