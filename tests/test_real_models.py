@@ -148,7 +148,7 @@ def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("task,strategy", [("real-text", "lp"), ("real-vision", "lp"),
+@pytest.mark.parametrize("task,strategy", [("real-text", "lp"), ("real-text", "lp-fft"), ("real-vision", "lp"),
                                            ("real-vision", "lp-fft")])
 def test_the_real_presets_default_strategies_take_auto_rates_from_the_shipped_grid(task, strategy, tmp_path):
     """Instant rates (nothing trains), tuned on the task's public stand-in, between the grid's ε = 1 and 8."""
