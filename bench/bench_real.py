@@ -40,8 +40,8 @@ def frozen_reference(base: RunConfig) -> tuple[float, float]:
     return clf.score(f_te, b.y_test.numpy()), time.perf_counter() - t0
 
 
-def cell(base: RunConfig, strategy: str, eps: str, seeds) -> tuple[list[float], list[float], dict]:
-    cfg = RunConfig.from_dict({**base.to_dict(), "strategy": strategy, "epsilon": eps}, reset_unread=True)
+def cell(task: str, changes: dict, strategy: str, eps: str, seeds) -> tuple[list[float], list[float], dict]:
+    cfg = tasks.config(task, **changes, strategy=strategy, epsilon=eps)  # sparse: the 3 epochs it needs
     runs = [dpviz.run(cfg.replace(seed=s), cache_dir=CACHE, kind="trial") for s in seeds]
     rates = {f: runs[0]["config"][f] for f in ("lr_lp", "lr_ft")}
     return [r["test_accuracy"] for r in runs], [r["wall_time_s"] for r in runs], rates
@@ -55,7 +55,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--train-size", type=int, default=None)
     args = ap.parse_args()
-    base = tasks.config(args.task, **({} if args.train_size is None else {"train_size": args.train_size}))
+    changes = {} if args.train_size is None else {"train_size": args.train_size}
+    base = tasks.config(args.task, **changes)
     acc, secs = frozen_reference(base)
     print(f"task {args.task}: {base.dataset} on {base.backbone}, n = {base.train_size or 'all'}, "
           f"B = {base.batch_size}, {base.epochs} epochs" + (f", {base.max_length} tokens" if base.dataset in
@@ -66,7 +67,7 @@ def main() -> None:
     for strategy in args.strategies:
         row, walls = [], []
         for eps in args.epsilons:
-            a, w, rates = cell(base, strategy, eps, args.seeds)
+            a, w, rates = cell(args.task, changes, strategy, eps, args.seeds)
             sd = f" ± {statistics.pstdev(a):.3f}" if len(a) > 1 else " (1 seed)"
             row.append(f"{statistics.mean(a):.3f}{sd}")
             walls += w

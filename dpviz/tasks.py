@@ -51,12 +51,12 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
-def task(name: str) -> Task:
-    """The task ``name``; a `ConfigError` naming the choices otherwise."""
+def task(name: str, field: str = "preset") -> Task:
+    """The task ``name``; a `ConfigError` naming ``field`` and the choices otherwise."""
     from .errors import ConfigError
 
     if name not in TASKS:
-        raise ConfigError("preset", f"one of {', '.join(TASKS)}", name)
+        raise ConfigError(field, f"one of {', '.join(TASKS)}", name)
     return TASKS[name]
 
 
@@ -67,10 +67,16 @@ def task_fields(name: str) -> dict:
 
 def with_task(name: str, given: dict) -> dict:
     """Config fields: task ``name``'s, then ``given`` over them; a task field the chosen strategy ignores
-    (the public data of ``continual``) is dropped, a given one is kept (and refused if ignored)."""
+    (the public data of ``continual``) is dropped, a given one is kept (and refused if ignored); the task's
+    epochs rise to the fewest the chosen strategy's schedule needs (given epochs are kept as given)."""
     from .config import without_unread
 
+    from . import strategies
+
     preset = task_fields(name)
+    least = strategies.get(given["strategy"]).min_epochs if given.get("strategy") in strategies.names() else 1
+    if "epochs" in preset and preset["epochs"] < least:  # e.g. sparse's head, selection and masked epochs
+        preset["epochs"] = least
     d = {**preset, **given}
     return {**d, **{k: v for k, v in without_unread(d).items() if k in preset and k not in given}}
 

@@ -10,6 +10,8 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
     python scripts/build_auto_grid.py --backbones vit --strategies lp fft lp-fft
     python scripts/build_auto_grid.py --task real-text --strategies lp fft lp-fft --epsilons 1 8 inf \
         --lp-fractions 0.3   # a real task's preset (dpviz.tasks), its public stand-in as the proxy
+    python scripts/build_auto_grid.py --task real-text --scorecard --strategies lp-fft fft sparse continual \
+        --epsilons 1 8 --lp-fractions 0.1 0.5 0.9   # the size the reproduction scorecard runs at
 """
 
 from __future__ import annotations
@@ -27,17 +29,20 @@ import torch  # noqa: E402
 
 from dpviz import autotune, strategies, tasks  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
+from dpviz.reproduce import SCALE  # noqa: E402
 
 EPSILONS = ("0.5", "1", "2", "4", "8", "16", "inf")
 AXES = {"lp_fraction": (0.1, 0.3, 0.5, 0.7, 0.9)}
 
 
 def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task: str = "default",
-              axes_values: dict = AXES) -> dict:
-    """Search every grid point of one (backbone, strategy) of ``task`` and return its grid entry."""
+              axes_values: dict = AXES, size: dict | None = None) -> dict:
+    """Search every grid point of one (backbone, strategy) of ``task`` (``size``: fields over the task's, e.g.
+    the scorecard's) and return its grid entry."""
     axes = strategies.get(strategy).auto_axes
     points, key = [], None
     base = {"backbone": backbone} if task == "default" else {}  # a real task's preset brings its backbone
+    base.update(size or {})
     for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes)):
         cfg = tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
         fields = autotune.used_fields(cfg)
@@ -50,6 +55,7 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task
         log(f"{backbone} {strategy} ε={eps} {dict(zip(axes, ax))}: {points[-1]['values']} "
             f"({autotune.proxy_for(cfg.dataset)} acc {best.value:.3f}, {time.time() - t0:.0f} s)")
     return {"key": key, "backbone": cfg.backbone, "strategy": strategy, "axes": list(axes), "task": task,
+            **({"size": size} if size else {}),
             "proxy": autotune.proxy_for(cfg.dataset), "trials": autotune.trials_for(fields), "points": points}
 
 
@@ -63,6 +69,8 @@ def main() -> None:
     p.add_argument("--strategies", nargs="+", default=["lp", "fft", "lp-fft", "partial", "continual", "sparse",
                                                           "lora"])
     p.add_argument("--epsilons", nargs="+", default=list(EPSILONS))
+    p.add_argument("--scorecard", action="store_true", help="at the reproduction scorecard's size of the task "
+                   "(dpviz.reproduce.SCALE) rather than its preset's")
     p.add_argument("--cache-dir", default="cache/auto_grid", help="store of the proxy searches (resumable)")
     p.add_argument("--out", default=str(autotune.GRID_PATH))
     p.add_argument("--threads", type=int, default=2)
@@ -73,7 +81,8 @@ def main() -> None:
     backbones = a.backbones if a.task == "default" else [tasks.task_fields(a.task)["backbone"]]
     for backbone, strategy in itertools.product(backbones, a.strategies):
         e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True),
-                      task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)})
+                      task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)},
+                      size=SCALE.get(a.task) if a.scorecard else None)
         doc["entries"] = [x for x in doc["entries"] if x["key"] != e["key"]] + [e]
         doc.update(version=1, note="learning rates tuned on public data only (glyphs; a real task's public stand-in) (scripts/build_auto_grid.py); "
                                    "no private data was read")

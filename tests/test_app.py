@@ -169,6 +169,36 @@ def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed
     assert any("One seed" in w.value for w in at.warning)
 
 
+def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypatch):
+    """Planted rows on two tasks (and a claim one task cannot read): a verdict column per task, a figure and a
+    reading per task under each claim, the reason in place of the unreadable verdict."""
+    from dpviz import reproduce
+
+    def planted(claims=None, *, task="default", seeds=(0, 1, 2), changes=None, cache_dir=None):
+        if task == "real-vision":
+            return []
+        acc = {"default": ([0.70, 0.71, 0.72], [0.60, 0.61, 0.62]), "real-text": ([0.60, 0.61, 0.62],
+                                                                                 [0.70, 0.71, 0.72])}[task]
+        groups = {g: [{"test_accuracy": a, "run_id": f"{task}-{g}-{i}"} for i, a in enumerate(v)]
+                  for g, v in zip(("DP-LP-FFT", "DP-FFT"), acc)}
+        rows = [reproduce.row(reproduce.REGISTRY["000-lpfft"], None, groups, task)]
+        return rows + ([reproduce.unreadable_row(reproduce.REGISTRY["004-public"], task)] if task == "real-text" else [])
+
+    monkeypatch.setattr(reproduce, "stored_rows", planted)
+    monkeypatch.setattr(reproduce.Claim, "why_not", lambda self, task: "no public text here" if
+                        (self.id, task) == ("004-public", "real-text") else None)
+    at = open_page("pages/reproduction.py")
+    assert not at.exception, [e.value for e in at.exception]
+    shown = at.dataframe[0].value.set_index("claim")
+    assert list(shown.columns[-3:]) == ["default", "real-text", "real-vision"]
+    assert shown.loc["000-lpfft", "default"] == "agrees (3 seeds)"
+    assert shown.loc["000-lpfft", "real-text"] == "does not (3 seeds)" and shown.loc["000-lpfft", "real-vision"] == "—"
+    assert shown.loc["004-public", "real-text"] == reproduce.NOT_READ and shown.loc["001-shift", "default"] == "—"
+    assert len(at.get("plotly_chart")) == 2  # 000-lpfft on default and on real-text; none for real-vision
+    assert any("Not readable here: no public text here" in i.value for i in at.info)
+    assert any("Not run yet on this task" in c.value for c in at.caption)
+
+
 def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     import dpviz
     from dpviz.analyses import PRIVACY_NOTE

@@ -71,33 +71,6 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         assert img.format == "PNG" and img.size[0] == 1800  # 2× the 900 px wide figure
 
 
-def test_every_page_renders_in_a_real_browser(cache_dir, tmp_path):
-    """Click through the sidebar: each page draws its heading and no exception box; curvature and sparse
-    pages draw their plotly charts from stored runs."""
-    import dpviz
-    from dashboard.layout import PAGES
-    from dpviz.analyses.service import analyze
-    from dpviz.config import RunConfig
-
-    need_chromium()
-    s = dpviz.run(RunConfig(strategy="fft", epochs=2, checkpoint_every=5), cache_dir=cache_dir)
-    for step in Store(cache_dir).feature_steps(s["run_id"]):
-        analyze(Store(cache_dir), s["run_id"], "hessian", step=step)
-    dpviz.run(RunConfig(strategy="sparse", epochs=3), cache_dir=cache_dir)
-    with browser() as b, server(cache_dir, tmp_path / "server.log") as url:
-        page = b.new_page(viewport={"width": 1400, "height": 1400})
-        page.goto(url, timeout=60000)
-        page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=90000)
-        for _, title, _ in PAGES:
-            page.get_by_role("link", name=title).first.click()
-            page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60000)
-            page.wait_for_load_state("networkidle")
-            time.sleep(1.0)
-            assert page.locator('[data-testid="stException"]').count() == 0, title
-            if title in ("Curvature", "Sparse fine-tuning"):
-                page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60000)
-
-
 def test_a_page_lists_a_run_that_another_process_stored_after_it_was_drawn(cache_dir, tmp_path, cli_env):
     """Feature distortion opened on an empty store shows its empty state; a run made by the command line
     (another process) afterwards appears in its picker by itself, through the shared store watcher

@@ -49,3 +49,21 @@ def test_curvature_and_sparse_notebook_executes(cache_dir, tmp_path, monkeypatch
     assert list(table["step"]) == store.feature_steps(fft) and table.attrs["missing"] == []
     assert "decelerator" in (tmp_path / "curvature_terms.html").read_text()
     assert [p["name"] for p in runs["sparse"]["summary"]["phases"]] == ["head", "select", "sparse"]
+
+
+@pytest.mark.slow
+def test_real_models_notebook_executes_on_a_tiny_real_text_task(cache_dir, tmp_path, monkeypatch):
+    """MiniLM on 64 tweets of 16 tokens, fixed rates (no search): LP and LP-FFT stored, the utility curve and
+    the law across the embeddings and 6 blocks exported, the law's caption marked as private statistics."""
+    size = {"train_size": 64, "max_length": 16, "batch_size": 32, "eval_subset": 40, "checkpoint_every": -1}
+    execute("real_models.ipynb", tmp_path, monkeypatch, DPVIZ_CACHE_DIR=cache_dir, DPVIZ_NB_SIZE=json.dumps(size),
+            DPVIZ_NB_RATES=json.dumps({"lr_lp": 1.0, "lr_ft": 0.05}), DPVIZ_NB_SHARES="0.5", DPVIZ_NB_OUT=tmp_path)
+    store = Store(cache_dir)
+    runs = store.list_runs()
+    assert sorted(r["config"]["strategy"] for r in runs) == ["lp", "lp-fft"]
+    assert {(r["config"]["backbone"], r["config"]["dataset"], r["config"]["train_size"]) for r in runs} == {
+        ("minilm", "tweets", 64)}
+    assert all(r["summary"]["epsilon_spent"] <= 8.0 for r in runs)
+    law = (tmp_path / "law_minilm.html").read_text()
+    assert "pretrained MiniLM (step 0)" in law and "NOT covered by the DP guarantee" in law
+    assert "LP share" in (tmp_path / "utility_curve.html").read_text()

@@ -162,8 +162,16 @@ def report(rows: list[str]) -> str:
 
 
 def test_no_page_shows_an_exception(visits):
+    """Every page of the sidebar is reached and draws without an exception box; pages that draw from stored
+    runs and studies draw their figures (the Curvature page's figures: tests/test_app.py, from cached results)."""
+    from dashboard.layout import PAGES
+
+    assert list(visits) == [title for _, title, _ in PAGES]
     rows = [f"{title}: {' '.join(e.split())[:300]}" for title, v in visits.items() for e in v["exceptions"]]
     assert not rows, report(rows)
+    drawn = {title: len(v["figures"]) for title, v in visits.items()}
+    assert all(drawn[t] >= 2 for t in ("Feature distortion", "Separability law", "Budget allocation", "Tuning",
+                                       "Sparse fine-tuning")), drawn
 
 
 def test_no_figure_title_is_clipped(visits):

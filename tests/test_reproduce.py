@@ -57,18 +57,51 @@ def test_curvature_and_public_phase_verdicts():
     # the measurement reads the claim's own group names ("continual ε=1", "fft ε=2", …) into gains per ε
     claim = r.REGISTRY["004-public"]
     groups = {g: [{"test_accuracy": 0.5 + 0.1 * i} for i, _ in enumerate(cfgs)]
-              for g, cfgs in claim.configs((0, 1)).items()}
+              for g, cfgs in claim.configs("default", (0, 1)).items()}
     m = claim.measure(None, groups)
     assert set(m["gains"]) == {"1", "2"} and m["gains"]["1"] == ([0.5, 0.6], [0.5, 0.6])
 
 
-def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed():
+@pytest.mark.parametrize("task", ["default", "real-text", "real-vision"])
+def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed_on_each_task(task):
+    from dpviz import tasks
+
     assert {c.seed for c in r.CLAIMS} == {"000", "001", "002", "003", "004"} and len(r.REGISTRY) == len(r.CLAIMS)
+    own = tasks.task_fields(task)
     for c in r.CLAIMS:
-        assert r.SEED_FILES[c.seed].startswith(c.seed + "_")
-        groups = c.configs((0, 1, 2))
+        assert r.SEED_FILES[c.seed].startswith(c.seed + "_") and c.why_not(task) is None
+        groups = c.configs(task, (0, 1, 2))
         assert groups and all([cfg.seed for cfg in cfgs] == [0, 1, 2] for cfgs in groups.values())
         assert all(cfg.auto or cfg.lr_ft == 0.05 for cfgs in groups.values() for cfg in cfgs)  # auto unless the claim
+        for cfg in (cfg for cfgs in groups.values() for cfg in cfgs):  # the task's data and model, its scorecard size
+            assert cfg.dataset == own.get("dataset", "digits") and (task == "default" or cfg.backbone == own["backbone"])
+            assert all(getattr(cfg, k) == v for k, v in r.SCALE[task].items())
+        if task != "default":
+            assert "CNN" not in c.experiment(task) and "ViT" not in c.experiment(task)
+    budget = r.REGISTRY["001-shift"].configs(task, (0,))
+    fractions, epsilons = r.SWEEPS[task]
+    assert len(budget) == len(fractions) * len(epsilons) and {c.lp_fraction for (c,) in budget.values()} == set(fractions)
+    if task == "real-text":  # the issue's sweep: p ∈ {0, 0.1, …, 1} at ε ∈ {0.5, 1, 2, 8}
+        assert len(fractions) == 11 and epsilons == (0.5, 1.0, 2.0, 8.0)
+    if task == "default":  # the toy task's law on its ViT, and the same runs as before tasks (their hashes)
+        from dpviz.config import RunConfig
+
+        (law,) = r.REGISTRY["002-law"].configs(task, (0,))["tuned"]
+        assert law.hash() == RunConfig(backbone="vit", strategy="fft", epsilon=8.0, seed=0).hash()
+
+
+def test_a_claim_a_task_cannot_read_says_why_instead_of_a_verdict(monkeypatch, cache_dir):
+    from dpviz import tasks
+
+    monkeypatch.setitem(tasks.TASKS, "no-public", tasks.Task(name="no-public", label="text without public data",
+                                                             modality="text", public=None,
+                                                             fields=dict(dataset="tweets", backbone="minilm")))
+    claim = r.REGISTRY["004-public"]
+    assert "public text data" in claim.why_not("no-public") and r.REGISTRY["000-lpfft"].why_not("no-public") is None
+    assert "004-public" not in r.plan([claim], (0,), "no-public")
+    (row,) = r.stored_rows(["004-public"], task="no-public", cache_dir=cache_dir)
+    assert row["verdict"] == r.NOT_READ and row["reading"] == claim.why_not("no-public") and row["task"] == "no-public"
+    assert r.run(["004-public"], task="no-public", cache_dir=cache_dir) == [row]  # nothing trains
     fig = claim_figure({"id": "001-shift", "seed": "001", "verdict": r.AGREES,
                         "measured": {"ε=1 p=0": {"mean": 0.5, "std": 0.1}, "ε=1 p=0.2": {"mean": 0.7, "std": 0.0},
                                      "ε=8 p=0": {"mean": 0.8, "std": 0.0}}})
@@ -86,3 +119,30 @@ def test_one_claim_end_to_end_from_the_cli_and_resumed_from_the_store(cli_env, c
     assert [row] == r.stored_rows(["003-selection"], seeds=(0, 1), cache_dir=cache_dir)  # read back, nothing run
     bad = subprocess.run(cmd[:4] + ["--claims", "999"], env=cli_env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: claims: some of 000-lpfft")
+    bad = subprocess.run(cmd[:4] + ["--task", "imagenet"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: task: one of default, real-text")
+
+
+TINY_TEXT = {"train_size": 64, "max_length": 16, "batch_size": 32, "eval_subset": 40, "checkpoint_every": -1,
+             "lr_ft": 0.05}
+
+
+@pytest.mark.slow
+def test_the_law_claim_end_to_end_on_the_real_text_task_from_the_cli(cli_env, cache_dir):
+    """002-law on MiniLM over tweets, tiny (64 tweets of 16 tokens, a fixed rate: no search): the law read over
+    the embeddings and the 6 blocks, stored, and read back as the page reads it."""
+    cmd = [sys.executable, "-m", "dpviz", "reproduce", "--task", "real-text", "--claims", "002-law", "--seeds", "2",
+           "--set", *(f"{k}={v}" for k, v in TINY_TEXT.items()), "--json"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert row["task"] == "real-text" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
+    assert row["preset"].startswith("MiniLM on tweets") and row["private_statistics"]
+    from dpviz.analyses.service import analyze
+    from dpviz.store import Store
+
+    run_id = row["run_ids"]["tuned"][0]
+    cfg = Store(cache_dir).get_run(run_id)["config"]
+    assert (cfg["backbone"], cfg["dataset"], cfg["train_size"], cfg["epochs"]) == ("minilm", "tweets", 64, 3)
+    assert len(analyze(Store(cache_dir), run_id, "separability")["fuzziness"]) == 7  # embeddings + 6 blocks
+    assert [row] == r.stored_rows(["002-law"], task="real-text", seeds=(0, 1), changes=TINY_TEXT, cache_dir=cache_dir)

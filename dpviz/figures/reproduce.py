@@ -15,7 +15,8 @@ def claim_figure(row: dict) -> go.Figure:
     """Bars of the row's groups (mean ± std over seeds), or accuracy vs LP share per ε for a budget sweep."""
     stats = row["measured"]
     fig = go.Figure()
-    title = f"{row['id']}: {row['verdict']}<br>{row.get('paper', row['seed'])}"
+    on = f" · {row['task']}" if row.get("task", "default") != "default" else ""
+    title = f"{row['id']}: {row['verdict']}{on}<br>{row.get('paper', row['seed'])}"
     if stats and all(_CURVE.fullmatch(k) for k in stats):
         by_eps: dict = {}
         for k, v in stats.items():

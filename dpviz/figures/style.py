@@ -29,7 +29,7 @@ CLASS_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77"
                 "#AA4499", "#000000")
 """One colour per class label of the feature maps (Paul Tol's colour-blind-safe "muted" set, then black)."""
 VERDICT_COLORS = {"agrees": OKABE_ITO["bluish green"], "partly": OKABE_ITO["orange"],
-                  "does not": OKABE_ITO["vermillion"]}
+                  "does not": OKABE_ITO["vermillion"], "not readable": GREY}
 """The scorecard's verdicts."""
 BEST = OKABE_ITO["vermillion"]  # the star marking a predicted best point
 UNSELECTED = "#f0f0f0"  # rows a mask leaves frozen

@@ -1,24 +1,27 @@
-"""The reproduction scorecard: every headline claim of the seed papers, measured on the default task.
+"""The reproduction scorecard: every headline claim of the seed papers, measured on a task (the default
+toy task or a real pretrained model on real data, `dpviz.tasks`).
 
 One module per part: `claims` (what each claim needs and measures), `verdicts` (pure judges),
 `scorecard` (training what is missing and reading the rows).
 
-Each `Claim` names its seed file, the sentence it tests and the experiment (`configs`: ordinary
-`RunConfig`s with "auto" learning rates, one per seed); `measure` reads the finished runs (and cached
-analyses) from the store, and `judge` — a pure function of that measurement, tested on planted
+Each `Claim` names its seed file, the sentence it tests and the experiment, declared once for every
+task (`configs(task, seeds)`: ordinary `RunConfig`s with "auto" learning rates, one per seed);
+`measure` reads the finished runs (and cached analyses) from the store, and `judge` — a pure function of that measurement, tested on planted
 values — returns the verdict and a reading. `run` trains whatever is missing (finished runs answer
 from the cache, so a stopped scorecard resumes) and returns one row per claim.
 """
 
 from __future__ import annotations
 
-from .claims import CLAIMS, FRACTIONS, PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
-from .scorecard import ONE_SEED, plan, row, run, stored_rows
-from .verdicts import (AGREES, DOES_NOT, PARTLY, VERDICTS, best_p, compare, fit_r2, fmt, judge_decelerator,
+from .claims import (CLAIMS, FRACTIONS, MODELS, PAPERS, PRIVATE_NOTE, REGISTRY, SCALE, SEED_FILES, SWEEPS, Claim,
+                     scorecard_config)
+from .scorecard import ONE_SEED, plan, row, run, stored_rows, unreadable_row
+from .verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fmt, judge_decelerator,
                        judge_dip, judge_interior, judge_law, judge_law_breaks, judge_pair, judge_public_first,
                        judge_shift, mean_std)
 
-__all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "ONE_SEED", "PAPERS", "PARTLY", "PRIVATE_NOTE", "REGISTRY",
-           "SEED_FILES", "VERDICTS", "best_p", "compare", "fit_r2", "fmt", "judge_decelerator", "judge_dip",
-           "judge_interior", "judge_law", "judge_law_breaks", "judge_pair", "judge_public_first", "judge_shift",
-           "mean_std", "plan", "row", "run", "stored_rows"]
+__all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "MODELS", "NOT_READ", "ONE_SEED", "PAPERS", "PARTLY",
+           "PRIVATE_NOTE", "REGISTRY", "SCALE", "SEED_FILES", "SWEEPS", "VERDICTS", "best_p", "compare", "fit_r2",
+           "fmt", "judge_decelerator", "judge_dip", "judge_interior", "judge_law", "judge_law_breaks", "judge_pair",
+           "judge_public_first", "judge_shift", "mean_std", "plan", "row", "run", "scorecard_config", "stored_rows",
+           "unreadable_row"]

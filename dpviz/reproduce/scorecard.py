@@ -1,5 +1,6 @@
-"""Running the scorecard: train what the chosen claims need (finished runs answer from the store, so a
-stopped scorecard resumes) and read each claim's row; or read the rows that are already complete."""
+"""Running the scorecard on a task: train what the chosen claims need (finished runs answer from the store,
+so a stopped scorecard resumes) and read each claim's row; or read the rows that are already complete.
+A claim that cannot be read on the task gets a row that says why instead of a verdict."""
 
 from __future__ import annotations
 
@@ -9,19 +10,33 @@ import numpy as np
 
 from ..config import RunConfig
 from .claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
-from .verdicts import mean_std
+from .verdicts import NOT_READ, mean_std
 
 
-def plan(claims, seeds) -> dict[str, dict[str, list[RunConfig]]]:
-    """claim id → group → its runs' configs."""
-    return {c.id: c.configs(tuple(seeds)) for c in claims}
+def plan(claims, seeds, task: str = "default", changes: dict | None = None) -> dict[str, dict[str, list[RunConfig]]]:
+    """claim id → group → its runs' configs on ``task`` (claims it cannot read left out); ``changes``:
+    fields set on every run (e.g. a tiny size for a smoke test)."""
+    return {c.id: {g: [cfg.replace(**changes) if changes else cfg for cfg in cfgs]
+                   for g, cfgs in c.configs(task, tuple(seeds)).items()}
+            for c in claims if c.why_not(task) is None}
+
+
+def _header(claim: Claim, task: str) -> dict:
+    return {"id": claim.id, "task": task, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed],
+            "paper": PAPERS[claim.seed][0], "claim": claim.sentence, "preset": claim.experiment(task)}
+
+
+def unreadable_row(claim: Claim, task: str) -> dict:
+    """The row of a claim ``task`` cannot read: why, in place of a verdict."""
+    return {**_header(claim, task), "verdict": NOT_READ, "reading": claim.why_not(task), "measured": {},
+            "private_statistics": claim.private, "seeds": 0, "run_ids": {}}
 
 
 ONE_SEED = ("From one seed there is no spread to judge a difference by: this verdict is not a reading "
             "(run 2 seeds or more, 3 for a mean ± std).")
 
 
-def row(claim: Claim, store, groups: dict[str, list[dict]]) -> dict:
+def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default") -> dict:
     """The scorecard row of ``claim`` from its runs' summaries (JSON-ready)."""
     m = claim.measure(store, groups)
     verdict, reading = claim.judge(m)
@@ -37,19 +52,20 @@ def row(claim: Claim, store, groups: dict[str, list[dict]]) -> dict:
     if "dominant" in m:
         stats = {"decelerator dominant (share)": {"mean": float(np.mean([d == "decelerator" for d in m["dominant"]]
                                                                           or [0.0])), "std": 0.0}}
-    return {"id": claim.id, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed], "paper": PAPERS[claim.seed][0],
-            "claim": claim.sentence, "preset": claim.preset, "verdict": verdict,
-            "reading": reading, "measured": stats, "private_statistics": claim.private,
+    return {**_header(claim, task), "verdict": verdict, "reading": reading, "measured": stats, "private_statistics": claim.private,
             **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": n_seeds,
             "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}}
 
 
-def run(claims=None, *, seeds=(0, 1, 2), cache_dir=None, progress: Callable | None = None, cancel=None) -> list[dict]:
-    """Train what the chosen claims need (finished runs answer from the cache) and return their rows.
+def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None, cache_dir=None,
+        progress: Callable | None = None, cancel=None) -> list[dict]:
+    """Train what the chosen claims need on ``task`` (finished runs answer from the cache) and return their rows.
 
     Args:
         claims: claim ids (default: all of `CLAIMS`).
+        task: a task of `dpviz.tasks` (its runs at the scorecard scale `claims.SCALE`).
         seeds: the seeds of every experiment (≥ 3 for a mean ± std).
+        changes: fields set on every run (a smaller size to try the scorecard); rows read with the same.
         cache_dir: the store.
         progress: called with (runs done, runs in all, the claim id being run).
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
@@ -59,10 +75,13 @@ def run(claims=None, *, seeds=(0, 1, 2), cache_dir=None, progress: Callable | No
 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
     store = Store(cache_dir)
-    todo = plan(chosen, seeds)
+    todo = plan(chosen, seeds, task, changes)
     total = sum(len(v) for g in todo.values() for v in g.values())
     done, rows, memo = 0, [], {}
     for claim in chosen:
+        if claim.id not in todo:
+            rows.append(unreadable_row(claim, task))
+            continue
         groups = {}
         for g, cfgs in todo[claim.id].items():
             groups[g] = []
@@ -75,26 +94,33 @@ def run(claims=None, *, seeds=(0, 1, 2), cache_dir=None, progress: Callable | No
                 done += 1
                 if progress:
                     progress(done, total, claim.id)
-        rows.append(row(claim, store, groups))
+        rows.append(row(claim, store, groups, task))
     return rows
 
 
-def stored_rows(claims=None, *, seeds=(0, 1, 2), cache_dir=None) -> list[dict]:
-    """The rows whose runs are all finished in the store, training nothing (for pages)."""
+def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None,
+                cache_dir=None) -> list[dict]:
+    """The rows on ``task`` whose runs are all finished in the store (and those of claims it cannot read),
+    training nothing (for pages)."""
     from ..store import Store
 
     store = Store(cache_dir)
+    chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
+    todo = plan(chosen, seeds, task, changes)
     out = []
-    for claim in [REGISTRY[c] for c in (claims or REGISTRY)]:
+    for claim in chosen:
+        if claim.id not in todo:
+            out.append(unreadable_row(claim, task))
+            continue
         groups = {}
-        for g, cfgs in claim.configs(tuple(seeds)).items():
+        for g, cfgs in todo[claim.id].items():
             hits = [_finished(store, cfg) for cfg in cfgs]
             if any(h is None for h in hits):
                 break
             groups[g] = hits
         else:
             try:
-                out.append(row(claim, store, groups))
+                out.append(row(claim, store, groups, task))
             except Exception:  # an analysis not computable yet (e.g. a checkpoint being written)
                 continue
     return out

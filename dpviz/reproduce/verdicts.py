@@ -7,6 +7,8 @@ import numpy as np
 
 AGREES, PARTLY, DOES_NOT = "agrees", "partly", "does not"
 VERDICTS = (AGREES, PARTLY, DOES_NOT)
+NOT_READ = "not readable"
+"""In place of a verdict: the claim cannot be read on the task (its row says why)."""
 
 
 def mean_std(values) -> tuple[float, float]:
