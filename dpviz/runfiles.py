@@ -48,20 +48,40 @@ class RunFiles:
                              f"(has {self.feature_steps(run_id)})")
         return artifacts.read_npz(path, "features")
 
-    def save_weights(self, run_id: str, step: int, state: dict) -> Path:
-        """The model's state dict at a checkpoint (curvature analyses reload it)."""
+    def save_weights(self, run_id: str, step: int, state: dict, *, base: tuple[int, dict] | None = None) -> Path:
+        """The model's state dict at a checkpoint (curvature analyses reload it).
+
+        Args:
+            base: (step, state) of a full checkpoint of the same run saved before; only the tensors that
+                differ from it are written (a frozen pretrained backbone is kept once per run, not once
+                per checkpoint: 90 MB of MiniLM's 23 M weights), and `load_weights` puts them back on it.
+        """
         path = self._new_file(run_id, "weights", f"step_{step:06d}.pt")
         state = {k: v.detach().cpu() for k, v in state.items()}
-        write_atomic(path, lambda f: artifacts.write_pt(f, "weights", {"state_dict": state}))
+        payload = {"state_dict": state}
+        if base is not None:
+            ref = base[1]
+            payload = {"base": int(base[0]),
+                       "state_dict": {k: v for k, v in state.items() if k not in ref or not _same(v, ref[k])}}
+        write_atomic(path, lambda f: artifacts.write_pt(f, "weights", payload))
         return path
 
+    def weight_steps(self, run_id: str) -> list[int]:
+        folder = self.run_dir(run_id) / "weights"
+        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.pt")) if folder.exists() else []
+
     def load_weights(self, run_id: str, step: int) -> dict:
-        """The state dict saved at ``step`` (old bare state dicts read as they are)."""
+        """The full state dict at ``step`` (a file of changes is put back on its base; old bare dicts as they are)."""
         path = self._file(run_id, "weights", f"step_{step:06d}.pt")
         if not path.exists():
             raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
                              f"curvature analyses existed keep features only)")
-        return artifacts.read_pt(path, "weights")["state_dict"]
+        doc = artifacts.read_pt(path, "weights")
+        if "base" not in doc:
+            return doc["state_dict"]
+        if doc["base"] == step:
+            raise StoreError(f"artifact {path}: weights based on themselves; the file is damaged")
+        return {**self.load_weights(run_id, doc["base"]), **doc["state_dict"]}
 
     def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
         """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
@@ -87,3 +107,10 @@ class RunFiles:
         """The document `save_mask` was given, or None when the run has no mask."""
         path = self._file(run_id, "mask.json")
         return artifacts.read_json(path, "mask", old_keys=("mask",)) if path.exists() else None
+
+
+def _same(a, b) -> bool:
+    """Whether two tensors are bit-for-bit equal (a changed dtype or shape counts as changed)."""
+    import torch
+
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

@@ -82,6 +82,7 @@ class Loop:
         self.when = checkpoint_steps(self.cfg.checkpoint_every, prep.total_steps, auto_checkpoints)
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
+        self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:
@@ -149,7 +150,10 @@ class Loop:
         if self.prep.bundle.classes:
             feats["class_names"] = np.array(self.prep.bundle.classes, dtype=str)
         self.store.save_features(self.run_id, self.step, feats)
-        self.store.save_weights(self.run_id, self.step, self.strategy.state_dict(self.model))
+        state = self.strategy.state_dict(self.model)
+        self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
+        if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
+            self._weights_base = (self.step, {k: v.detach().to("cpu", copy=True) for k, v in state.items()})
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
 

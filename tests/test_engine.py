@@ -49,7 +49,16 @@ def test_every_registered_strategy_trains_within_its_budget(strategy, fast_cfg, 
     assert values == sorted(values) and values[-1] == pytest.approx(s["epsilon_spent"]) and max(values) <= 1.0
     # the final model loads into the unmodified classifier, whatever the strategy trained
     model = engine.prepare(smallest(strategy, fast_cfg).fixed_rates(), cache_dir=cache_dir, with_curve=False).model
-    model.load_state_dict(Store(cache_dir).load_model(s["run_id"])["state_dict"])
+    final = Store(cache_dir).load_model(s["run_id"])["state_dict"]
+    model.load_state_dict(final)
+    # checkpoints after the first keep only the tensors that changed, and read back whole
+    store, steps = Store(cache_dir), Store(cache_dir).weight_steps(s["run_id"])
+    kept = torch.load(store.run_dir(s["run_id"]) / "weights" / f"step_{steps[-1]:06d}.pt", weights_only=True)
+    assert kept["base"] == steps[0] and 0 < len(kept["state_dict"]) <= len(final)
+    if strategy == "lp":  # a frozen backbone is stored once per run
+        assert {k.split(".")[0] for k in kept["state_dict"]} == {"head"}
+    last = store.load_weights(s["run_id"], steps[-1])
+    assert last.keys() == final.keys() and all(torch.equal(last[k], final[k]) for k in final)
 
 
 @pytest.mark.parametrize("accountant", ["prv", "rdp", "gdp"])

@@ -154,6 +154,11 @@ def test_every_artifact_round_trips_with_its_kind(tmp_path):
     assert s.feature_steps(rid) == [3]
     s.save_weights(rid, 3, _state())
     _same_state(s.load_weights(rid, 3), _state())
+    later = {**_state(), "fc.bias": torch.tensor([0.25, 0.0])}  # one tensor changed since step 3
+    s.save_weights(rid, 7, later, base=(3, _state()))
+    assert set(torch.load(s.run_dir(rid) / "weights" / "step_000007.pt", weights_only=True)["state_dict"]) == {"fc.bias"}
+    _same_state(s.load_weights(rid, 7), later)
+    assert s.weight_steps(rid) == [3, 7]
     config = {"strategy": "fft", "epsilon": float("inf"), "batch_size": 256}
     s.save_model(rid, _state(), config)
     model = s.load_model(rid)
