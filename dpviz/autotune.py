@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from .config import LR_DEFAULTS, RunConfig, switched_off
 from .proxy_search import (  # noqa: F401  (the search, run when neither the grid nor a finished search answers)
     EDGE, EXTEND_TRIALS, TRIALS_PER_FIELD, edge_warning, finished_search, space_of, at_edges, best_trial,
-    extension, proxy_for, search, search_base, start_points, study_name, trials_for)
+    chance_warning, extension, proxy_for, search, search_base, start_points, study_name, trials_for)
 from .shipped_rates import (  # noqa: F401  (the shipped grid, read here first; its names stay reachable here)
-    GRID_PATH, RANGES, interpolate, key_of, lookup, power_law, shipped, smooth)
+    GRID_PATH, PLAIN_RANGES, RANGES, interpolate, key_of, lookup, power_law, shipped, smooth)
 
 
 
@@ -146,7 +146,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         found = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, progress=progress, cancel=cancel)
     study, done = found
     best = best_trial(done)
-    params, accuracy, ranges, beyond = dict(best.params), best.value, space_of(fields), []
+    params, accuracy, ranges, beyond = dict(best.params), best.value, space_of(fields, cfg.private), []
     sides = at_edges(params, ranges)
     ext = extension(cfg, fields, done, cache_dir=cache_dir, seed=seed, run=False) if sides else None
     if ext is not None and len(ext[1]) < EXTEND_TRIALS and not switched_off("DPVIZ_AUTO_SEARCH"):
@@ -167,4 +167,4 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
     return cfg.replace(**values), Resolution(
         values=values, source="search", proxy=proxy, study=study.study_name, trials=len(done) + len(beyond),
         proxy_accuracy=accuracy, note=f"searched on {proxy}: {len(done)} runs{more}, no private data",
-        warning=edge_warning(params, ranges, sides, extended=bool(beyond)))
+        warning=chance_warning(proxy, accuracy) or edge_warning(params, ranges, sides, extended=bool(beyond)))

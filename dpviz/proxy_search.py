@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import catalog
 from .config import RunConfig
 from .errors import Cancelled
-from .shipped_rates import RANGES
+from .shipped_rates import PLAIN_RANGES, RANGES
 
 TRIALS_PER_FIELD = 6
 
@@ -29,8 +29,9 @@ def trials_for(fields) -> int:
     return 2 + TRIALS_PER_FIELD * len(fields)
 
 
-def space_of(fields) -> dict:
-    return {f: list(RANGES[f]) for f in fields}
+def space_of(fields, private: bool = True) -> dict:
+    """The log-scale range searched per field: DP steps' (`RANGES`) or a non-private run's (`PLAIN_RANGES`)."""
+    return {f: list((RANGES if private else PLAIN_RANGES)[f]) for f in fields}
 
 
 def study_name(cfg: RunConfig, fields) -> str:
@@ -38,17 +39,18 @@ def study_name(cfg: RunConfig, fields) -> str:
     from . import sweeps
 
     base = search_base(cfg).replace(dataset=proxy_for(cfg.dataset), data_dir=None)
-    return sweeps.study_name("tune", base, {**sweeps.check_space(space_of(fields)), "target": cfg.dataset})
+    return sweeps.study_name("tune", base, {**sweeps.check_space(space_of(fields, cfg.private)),
+                                                  "target": cfg.dataset})
 
 
-def start_points(fields, trials: int) -> list[dict]:
+def start_points(fields, trials: int, private: bool = True) -> list[dict]:
     """The first trials of a search: one field, ``trials`` log-spaced values over its range; two or more,
     a 3-per-field log grid (TPE takes over after it)."""
     k = trials if len(fields) == 1 else 3
     qs = [(i + 0.5) / k for i in range(k)] if len(fields) > 1 else [i / (k - 1) for i in range(k)]
 
     def at(f, q):
-        lo, hi = RANGES[f]
+        lo, hi = space_of([f], private)[f]
         return lo * (hi / lo) ** q
 
     grid = [{}]
@@ -66,10 +68,10 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
     from . import execute, sweeps
 
     trials = trials or trials_for(fields)
-    study = sweeps.create_search(search_base(cfg), space_of(fields), trials=trials, seed=seed,
+    study = sweeps.create_search(search_base(cfg), space_of(fields, cfg.private), trials=trials, seed=seed,
                                  proxy=proxy_for(cfg.dataset), cache_dir=cache_dir)
     if not study.get_trials(deepcopy=False):  # start from an even log grid, not TPE's random start-up
-        for point in start_points(fields, trials):
+        for point in start_points(fields, trials, cfg.private):
             study.enqueue_trial(point)
     study.set_user_attr("auto", True)
     while run:  # one trial at a time (trials are concrete configs), reporting and cancellable between them
@@ -114,10 +116,10 @@ def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int =
     from . import execute, sweeps
 
     best = best_trial(done)
-    sides = at_edges(best.params, space_of(fields))
+    sides = at_edges(best.params, space_of(fields, cfg.private))
     if not sides:
         return None
-    space = _beyond(space_of(fields), sides)
+    space = _beyond(space_of(fields, cfg.private), sides)
     base = search_base(cfg).replace(**{f: best.params[f] for f in fields if f not in sides})
     if not run:  # look, create nothing: the form's preview reads this on every change
         import optuna
@@ -152,6 +154,19 @@ def edge_warning(values: dict, ranges: dict, sides: dict, extended: bool, how: s
     how = how or ("even after extending it one decade" if extended
                   else "which was not extended (DPVIZ_AUTO_SEARCH=off)")
     return f"{ends}, {how}: the best rate may lie beyond it; set it by hand or tune it on the Tuning page"
+
+
+def chance_warning(proxy: str, accuracy: float | None) -> str:
+    """One line when the best trial barely beat guessing on ``proxy``: no rate searched trained, so the rate
+    chosen is noise (a range made for another kind of step, or a proxy the backbone cannot learn)."""
+    entry = catalog.DATASETS.get(proxy)
+    if accuracy is None or entry is None or entry.shape is None:
+        return ""
+    chance = 1 / entry.shape.num_classes
+    if accuracy > chance + 0.1 * (1 - chance):
+        return ""
+    return (f"every rate searched ended near chance on {proxy} (best accuracy {accuracy:.3f}, chance {chance:.3f}): "
+            "the rates chosen are not tuned; set them by hand or tune them on the Tuning page")
 
 
 def best_trial(done: list):

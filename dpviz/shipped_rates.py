@@ -19,6 +19,10 @@ GRID_PATH = Path(__file__).with_name("autotune_grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
 """Log-scale search range per auto field (the Tuning page's defaults too); the head tolerates far larger
 steps than the backbone."""
+PLAIN_RANGES = {"lr_lp": (1e-4, 1.0), "lr_ft": (1e-4, 0.3)}
+"""The same for a non-private run (ε = ∞): its step is the raw mean gradient, not a sum of per-example
+gradients clipped to norm C, so a safe rate scales with 1/‖features‖² (≈ 1/4000 on EfficientNet-Lite0's
+features, where every rate of `RANGES` diverges)."""
 # fields that do not change which learning rate suits a run (or are the axes / the answer itself)
 _NOT_KEY = ("epsilon", "seed", "device", "eval_every", "checkpoint_every", "eval_subset", "grad_sample_mode",
             *AUTO_FIELDS)

@@ -64,6 +64,20 @@ def test_a_search_whose_best_is_at_an_end_extends_the_range_and_warns_if_still_t
     assert autotune.edge_warning({"lr_lp": 0.5}, {"lr_lp": [0.003, 10.0]}, {}, extended=False) == ""  # inside
 
 
+def test_a_non_private_search_tries_plain_step_rates_and_says_when_none_trained(searching, cache_dir, monkeypatch):
+    """Without DP the step is the raw mean gradient: rates come from `PLAIN_RANGES`. Where every rate
+    tried fails to train (a range 10⁶× too low here: the head stays at its random start), the resolution says
+    the rate is not tuned."""
+    monkeypatch.setitem(autotune.PLAIN_RANGES, "lr_lp", (1e-9, 1e-8))
+    cfg = RunConfig(**{**SMALL, "strategy": "lp"}, epsilon=float("inf"))
+    resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=2)
+    tried = [r["config"]["lr_lp"] for r in Store(cache_dir).list_runs(kind="search")]
+    assert max(tried) == pytest.approx(1e-8) and min(tried) >= 1e-10 * 0.999 and all(float(r["config"]["epsilon"]) == math.inf
+                                                      for r in Store(cache_dir).list_runs(kind="search"))
+    assert res.proxy_accuracy <= 0.19 and "ended near chance on glyphs" in res.as_dict()["warning"]
+    assert autotune.space_of(["lr_lp"], private=True)["lr_lp"] == list(autotune.RANGES["lr_lp"])
+
+
 def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch):
     cfg = RunConfig(**SMALL, epsilon=2.0)
     monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
