@@ -8,7 +8,7 @@ import streamlit as st
 
 from dpviz import autotune, calibration, strategies
 from dpviz import catalog, tasks
-from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, RunConfig
+from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.errors import DpvizError
 
 NO_PRIVACY = "no privacy"
@@ -170,14 +170,17 @@ def render_task_picker() -> None:
 def _size_widgets(dataset: str) -> dict:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, c3, _ = st.columns([1, 1, 1, 1])
     size = int(c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
                                key="f_train_size", help="a fixed class-stratified subset of this many training "
                                "examples, the same for every seed (n for the accountant)"))
     length = int(c2.number_input("tokens per text", None, None, _default("f_max_length", D["max_length"].default),
                                  8, key="f_max_length", disabled=not text,
                                  help="text: longer texts are cut, shorter ones padded (padding is masked)"))
-    return {"train_size": size, **({"max_length": length} if text else {})}
+    prec = c3.selectbox("precision", PRECISIONS, index=_index(PRECISIONS, "f_precision"), key="f_precision",
+                        help="the forward and backward's arithmetic; per-sample norms, clipping, noise and "
+                        "weights stay FP32, so ε is the same (tf32: CUDA only, fp32 on a CPU)")
+    return {"train_size": size, "precision": prec, **({"max_length": length} if text else {})}
 
 
 def _training_widgets(strategy: str) -> dict:

@@ -21,7 +21,7 @@ from . import catalog, strategies
 from .errors import ConfigError
 from .fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
     ACCOUNTANTS, AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
-    MAX_STEPS, NO_DP, OPTIMIZERS, coerce, finite_numbers, parse_epsilon, total_steps, unset, validate)
+    MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, coerce, finite_numbers, parse_epsilon, total_steps, unset, validate)
 
 SCHEMA_VERSION = 1
 
@@ -83,6 +83,10 @@ class RunConfig:
             cut to a fixed subset of k/4 examples within [200, 1000] — for real datasets too large for a CPU.
         max_length: text datasets only: tokens per example (longer texts are truncated, shorter padded;
             padded positions are masked and contribute nothing to a gradient).
+        precision: arithmetic of the forward and backward: fp32 (the default), tf32 (CUDA; fp32 on a CPU),
+            bf16 or fp16 (autocast; fp16 with a fixed loss scale). Per-sample norms, clipping, the clipped
+            sum, the noise and the weights stay FP32, so the accountant does not change
+            (`dpviz.privacy.precision`). Needs book-keeping (grad_sample_mode bk or auto).
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
     """
 
@@ -116,6 +120,7 @@ class RunConfig:
     lora_rank: int = 4
     max_length: int = 64
     train_size: int = 0
+    precision: str = "fp32"
     device: str = "auto"
 
     def __post_init__(self):
@@ -148,8 +153,9 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
-            if not self.train_size:  # added later: runs stored before it keep their keys
-                d.pop("train_size")
+            for k, default in (("train_size", 0), ("precision", "fp32")):
+                if d[k] == default:  # added later: runs stored before them keep their keys
+                    d.pop(k)
             if catalog.dataset(self.dataset).modality != "text":
                 for k in _HASHED_ONLY_FOR_TEXT:
                     d.pop(k)

@@ -24,6 +24,7 @@ AUTO_FIELDS = ("lr_lp", "lr_ft")  # may be "auto": chosen on a public proxy, no 
 LR_DEFAULTS = {"lr_lp": 0.5, "lr_ft": 0.01}
 GRAD_SAMPLE_MODES = ("auto", "bk", "hooks")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # `dpviz.privacy.precision`
 MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's domain overflows near 709
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
@@ -122,8 +123,12 @@ def validate(cfg) -> None:
     for name, allowed in (("dataset", tuple(catalog.DATASETS)), ("backbone", tuple(catalog.BACKBONES)),
                           ("strategy", strategies.names()),
                           ("accountant", ACCOUNTANTS), ("optimizer", OPTIMIZERS),
-                          ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS)):
+                          ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS),
+                          ("precision", PRECISIONS)):
         _choice(cfg, name, allowed)
+    if cfg.precision != "fp32" and cfg.grad_sample_mode == "hooks":
+        raise ConfigError("precision", "fp32 with grad_sample_mode hooks (mixed precision runs on book-keeping: "
+                          "grad_sample_mode bk or auto)", cfg.precision)
     if math.isnan(cfg.epsilon) or cfg.epsilon <= 0 or (math.isfinite(cfg.epsilon) and cfg.epsilon > MAX_EPSILON):
         raise ConfigError("epsilon", EPSILON_ALLOWED, cfg.epsilon)
     if not 0 < cfg.delta < 1:

@@ -82,6 +82,7 @@ class Loop:
         self.when = checkpoint_steps(self.cfg.checkpoint_every, prep.total_steps, auto_checkpoints)
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
+        self.overflows = 0  # fp16: examples with an overflow, set to 0 in their clipped contribution
         self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
 
     # --- helpers for strategies ----------------------------------------------
@@ -161,7 +162,7 @@ class Loop:
     def run_phase(self, plan: PhasePlan, phase: accounting.Phase | None) -> None:
         """Run one phase; ``phase`` is its accountant entry (None for a public phase)."""
         s = self.strategy.enter_phase(self, plan)
-        stepper = dpsgd.Stepper(s.module, self.cfg.grad_sample_mode) if s.private else s.module
+        stepper = dpsgd.Stepper(s.module, self.cfg.grad_sample_mode, self.cfg.precision) if s.private else s.module
         if s.update and s.optimizer is None:
             s.optimizer = engine.make_optimizer([p for p in s.module.parameters() if p.requires_grad],
                                                 self.cfg, plan.lr)
@@ -181,6 +182,7 @@ class Loop:
                 self.record(st, plan.lr, final=k == plan.steps - 1)
         finally:
             if s.private:
+                self.overflows += stepper.overflows
                 stepper.close()
         self.strategy.leave_phase(self, plan, s)
 
@@ -197,7 +199,7 @@ class Loop:
         # white-box canaries are records of n without an image: they count in the expected batch q·n
         expected = phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)) if phase else 0
         if not s.private:
-            st = dpsgd.plain_step(stepper, x, y)
+            st = dpsgd.plain_step(stepper, x, y, self.cfg.precision)
             if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless
                 params = [p for p in stepper.parameters() if p.requires_grad]
                 can.add(params, clip_norm=None, scale=1 / expected)
@@ -250,7 +252,10 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     if store is not None:
         state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}
         store.save_model(run_id, state, prep.cfg.to_dict())
-    return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=loop.strategy.summary(loop))
+    extra = loop.strategy.summary(loop)
+    if loop.cfg.precision == "fp16":  # examples whose overflowed entries were set to 0 (`privacy.precision`)
+        extra = {**extra, "fp16_overflows": loop.overflows}
+    return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)
 
 
 def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict | None = None) -> dict:

@@ -49,6 +49,7 @@ from ..models.rowdelta import RowDelta
 from ..models.vit import ClsPos
 from . import bk_rules as rules
 from . import clipping as clip  # module, not the `clipping` argument below
+from . import precision as prec
 
 _unfold, _per_sample_affine = rules.unfold, rules.per_sample_affine  # the names they had here
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)
@@ -125,7 +126,10 @@ class BookKeeper:
     early_on_cpu = False  # on a CPU the early reduction made glibc return and re-fault memory every step
     # (measured on the built-in ViT: ≈ 5,600 page faults per step, none without it), and memory matters less
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, precision: str = "fp32"):
+        self.precision = precision  # of the forward and backward; the per-sample math is FP32 (`precision`)
+        self.overflowed = 0  # fp16: examples of the last step with an inf or NaN set to 0 (`precision.clean`)
+        self._scale, self._bad = 1.0, None
         self.layers = _trainable_layers(model)
         bad = unsupported(model, modes=False)  # modes can change: BatchNorms are checked as they run
         if bad:
@@ -160,7 +164,15 @@ class BookKeeper:
         self.cache[module] = (a, get_gradient_edge(output), output.shape, keep)
 
     def _early_norm(self, module, a, keep, g) -> None:
-        self.early[module] = self._norm2(module, a, g, _unchanged(keep))[2]
+        with prec.exact(self.precision):
+            self.early[module] = self._norm2(*self._fp32(module, a, g, _unchanged(keep)))[2]
+
+    def _fp32(self, m, a, g, y):
+        """(m, a, g, y) with a, g and y in FP32, the loss scale out of g, non-finite entries 0 (fp16)."""
+        if self.precision == "fp32":
+            return m, a, g, y
+        return (m, prec.clean(a, 1.0, self._bad), prec.clean(g, self._scale, self._bad),
+                None if y is None else prec.clean(y, 1.0, self._bad))
 
     def close(self) -> None:
         for h in self.handles:
@@ -168,11 +180,13 @@ class BookKeeper:
         self.cache.clear()
 
     def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float, clipping: str = "abadi",
-                     batch_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     batch_size: int | None = None, grad_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Set ``p.grad`` = Σ_i min(1, C/‖g_i‖)·g_i for every trainable parameter.
 
         Args:
             batch_size: B (default: the largest dim 0 among the kept inputs); every kept input must have it.
+            grad_scale: the factor ``loss_sum`` was multiplied by (fp16's loss scale), divided out of every
+                output gradient before the norms.
 
         Returns:
             per-sample gradient norms (B,) and clip factors (B,).
@@ -192,11 +206,13 @@ class BookKeeper:
                     "a layer whose input is broadcast over the batch has only the summed gradient, no per-sample "
                     "ones" + (" (HF BERT-family models pass position_ids of shape (1, T): call the model with "
                               "position_ids expanded to (B, T))" if isinstance(m, nn.Embedding) else ""))
+        self._scale = grad_scale
+        self._bad = torch.zeros(B, dtype=torch.bool, device=loss_sum.device) if self.precision == "fp16" else None
         grads = list(torch.autograd.grad(loss_sum, [cache[m][1] for m in layers], allow_unused=True))
         # Below, nothing may record autograd history: a norm layer's per-sample vectors are computed from
         # its trainable affine, and a p.grad with a graph would reach the parameter's own AccumulateGrad,
         # a cycle through C++ that Python's gc cannot see (each run's model and activations leaked).
-        with torch.no_grad():
+        with torch.no_grad(), prec.exact(self.precision):
             early, self.early = self.early, {}
             if None in early.values():
                 raise RuntimeError("book-keeping: a norm layer's output gradient never arrived (an input that "
@@ -206,7 +222,7 @@ class BookKeeper:
                 a, _, shape, keep = cache.pop(m)
                 g = grads[i] if grads[i] is not None else a.new_zeros(shape)
                 grads[i] = None  # each layer's g lives on only in what `_accumulate` needs
-                n2, state, vecs = self._norm2(m, a, g, _unchanged(keep))
+                n2, state, vecs = self._norm2(*self._fp32(m, a, g, _unchanged(keep)))
                 n2s += [n2] if n2 is not None else []
                 prepared += [(m, state)] if state is not None else []
                 blocks += [(p, v) for p, v in vecs if p.requires_grad]
@@ -214,6 +230,7 @@ class BookKeeper:
                 raise RuntimeError(f"book-keeping: a norm layer's input is not a batch of {B} (broadcast over it?)")
             vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
             norms = torch.stack(n2s + ([rules.sq_rows(vec)] if blocks else [])).sum(0).sqrt()
+            self.overflowed = int(self._bad.sum()) if self._bad is not None else 0  # fp16 only: one sync
             factor = clip.clip_factors(norms, clip_norm, clipping)
             for m, state in prepared:
                 self._accumulate(m, state, factor)

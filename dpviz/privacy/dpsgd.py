@@ -16,6 +16,7 @@ from torch import nn
 
 from . import bk
 from . import clipping as clip  # module, not the `clipping` arguments below
+from . import precision as prec
 
 
 @dataclass(kw_only=True)
@@ -39,23 +40,30 @@ class Stepper:
     ``mode`` "bk" uses book-keeping (`bk.BookKeeper`: one backward, no
     per-sample gradient tensors); "hooks" uses Opacus's `GradSampleModule`,
     which handles any layer Opacus knows (slower, materialises (B, *shape)).
+    ``precision`` (`dpviz.privacy.precision`): the forward and backward's arithmetic; book-keeping only
+    (the norms and the clipped sum stay FP32). A lone head (LP on cached features) is FP32 whatever it is.
     """
 
-    def __init__(self, module: nn.Module, mode: str = "auto"):
+    def __init__(self, module: nn.Module, mode: str = "auto", precision: str = "fp32"):
         if mode == "auto":
             mode = "bk" if bk.supports(module) else "hooks"
+        if mode == "hooks" and precision != "fp32":
+            from ..errors import ConfigError
+            raise ConfigError("precision", "fp32 here: mixed precision runs on book-keeping, and this model's "
+                              f"per-sample gradients need Opacus's hooks ({'; '.join(bk.unsupported(module))})")
         if mode == "hooks" and any(isinstance(m, bk.RowDelta) for m in module.modules()):
             from ..errors import ConfigError
             raise ConfigError("backbone", "a backbone whose trainable layers book-keeping supports "
                               "(Linear, Conv2d, GroupNorm, LayerNorm) for sparse fine-tuning")
         if mode == "bk" and type(module) is nn.Linear and module.bias is not None:
             mode = "head"  # a lone linear head (LP on cached features): closed form, no autograd
-        self.mode, self.module = mode, module
+        self.mode, self.module, self.precision = mode, module, precision
+        self.overflows = 0  # fp16: examples whose inf/NaN entries were set to 0, over all steps
         self.params = [p for p in module.parameters() if p.requires_grad]
         if mode == "head":
             self.forward = module
         elif mode == "bk":
-            self.keeper = bk.BookKeeper(module)
+            self.keeper = bk.BookKeeper(module, precision)
             self.forward = module
         else:
             from opacus import GradSampleModule  # only here: the default path never imports Opacus's hooks
@@ -69,10 +77,14 @@ class Stepper:
         """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms."""
         if self.mode == "head":
             return _head_clipped_sum(self.module, x, y, clip_norm, clipping)
-        out = self.forward(x)
-        loss_sum = F.cross_entropy(out, y, reduction="sum")
+        with prec.autocast(self.precision, x.device.type):
+            out = self.forward(x)
+            loss_sum = F.cross_entropy(out, y, reduction="sum")  # autocast computes it in FP32
         if self.mode == "bk":
-            norms, _ = self.keeper.clipped_step(loss_sum, clip_norm, clipping, batch_size=len(y))
+            scale = prec.loss_scale(self.precision)
+            norms, _ = self.keeper.clipped_step(loss_sum * scale, clip_norm, clipping, batch_size=len(y),
+                                                grad_scale=scale)
+            self.overflows += self.keeper.overflowed
             return out, loss_sum, norms
         loss_sum.backward()
         B = len(y)
@@ -166,15 +178,24 @@ def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> t
     return torch.randn(p.shape, generator=generator, device=p.device) * std
 
 
-def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> StepStats:
-    """Non-private baseline: ordinary mean gradient over the sampled batch."""
+def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> StepStats:
+    """Non-private baseline: ordinary mean gradient over the sampled batch (in ``precision``; fp16 scales
+    the loss, and a step whose gradient overflowed is skipped, as AMP's scaler does: no privacy to keep)."""
     params = _trainable(module)
     if len(y) == 0:
         for p in params:
             p.grad = torch.zeros_like(p)
         return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
-    out = module(x)
-    loss = F.cross_entropy(out, y)
-    loss.backward()
+    with prec.autocast(precision, x.device.type):
+        out = module(x)
+        loss = F.cross_entropy(out, y)
+    scale = prec.loss_scale(precision)
+    (loss * scale).backward()
+    if scale != 1.0:
+        grads = [p.grad for p in params if p.grad is not None]
+        torch._foreach_div_(grads, scale)
+        if not all(torch.isfinite(g).all() for g in grads):
+            for p in params:  # no gradient: the optimizer leaves every parameter (and its momentum) alone
+                p.grad = None
     return StepStats(loss=loss.item(), train_accuracy=(out.argmax(1) == y).float().mean().item(),
                      batch_size=len(y))
