@@ -15,12 +15,16 @@ Real pretrained backbones (``--backbone minilm efficientnet_lite0``, see `dp_ste
 methods on MiniLM over the real-text task's tweets and on EfficientNet-Lite0 over Fashion-MNIST, B = 64,
 on the CPU or with ``--device cuda``; ``--profile DIR`` writes torch.profiler tables of the plain and
 dpviz steps. Usage: python bench/bench_dp_step.py --backbone minilm [efficientnet_lite0] [--device cuda]
+
+``--precision fp32|tf32|bf16|fp16`` runs every method's forward and backward in that precision (the plain
+step too, so a ratio compares like with like); dpviz's per-sample norms and clipping stay FP32.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import time
 from pathlib import Path
 
@@ -31,14 +35,14 @@ from dpviz import engine
 from dpviz.privacy import dpsgd
 
 
-def step_fns(prep, trainable: str, x, y, mode: str):
+def step_fns(prep, trainable: str, x, y, mode: str, precision: str = "fp32"):
     model = prep.model
     engine.set_trainable(model, trainable)
     module, inputs = (model.head, engine.backbone_features(model, x, "cpu")) if trainable == "head" else (model, x)
     twin = copy.deepcopy(module)  # the non-private step runs without any hooks
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
     opt_plain = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
-    stepper = dpsgd.Stepper(module, mode)
+    stepper = dpsgd.Stepper(module, mode, precision if mode != "hooks" else "fp32")
     g = torch.Generator().manual_seed(0)
 
     def private():
@@ -49,18 +53,18 @@ def step_fns(prep, trainable: str, x, y, mode: str):
 
     def plain():
         opt_plain.zero_grad(set_to_none=True)
-        dpsgd.plain_step(twin, inputs, y)
+        dpsgd.plain_step(twin, inputs, y, precision)
         opt_plain.step()
 
     return private, plain, stepper
 
 
-def measure(backbone: str, B: int, mode: str) -> dict:
+def measure(backbone: str, B: int, mode: str, precision: str = "fp32") -> dict:
     prep = prepared(backbone=backbone, strategy="fft")
     x, y = batch(prep, B)
     out = {}
     for name, trainable in (("lp", "head"), ("fft", "all"), ("partial", "last:1")):
-        private, plain, stepper = step_fns(prep, trainable, x, y, mode)
+        private, plain, stepper = step_fns(prep, trainable, x, y, mode, precision)
         t = interleaved({"dp": private, "plain": plain})
         stepper.close()
         out[name] = (t["dp"], t["plain"], stepper.mode)
@@ -130,7 +134,11 @@ def main():
     ap.add_argument("--models", nargs="+", default=["cnn", "resnet18", "resnet50", "vit_small"])
     ap.add_argument("--methods", nargs="+", default=["plain", "dpviz", "hooks", "ghost"])
     ap.add_argument("--profile", help="folder for torch.profiler tables of dpviz's GPU step")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"],
+                    help="every method's forward and backward (dpviz's norms and clipping stay FP32); the plain "
+                         "step runs in the same precision, so each ratio compares like with like")
     args = ap.parse_args()
+    os.environ["DPVIZ_BENCH_PRECISION"] = args.precision  # before dp_step_cuda is imported (and its children)
     torch.manual_seed(0)
     real = [b for b in args.backbone if b in ("minilm", "efficientnet_lite0")]
     if real:
@@ -138,11 +146,12 @@ def main():
     args.batch = args.batch or 256
     if args.device == "cuda":
         return cuda_main(args)
+    print(f"# CPU, {torch.get_num_threads()} threads, precision {args.precision} (DP and plain steps alike)")
     print(f"| backbone | strategy | per-sample path | DP step (ms) | non-private step (ms) | ratio |")
     print("|---|---|---|---|---|---|")
     for backbone in args.backbone:
         for mode in args.modes:
-            for strat, (dp, plain, used) in measure(backbone, args.batch, mode).items():
+            for strat, (dp, plain, used) in measure(backbone, args.batch, mode, args.precision).items():
                 if mode != "auto" and strat != "fft":
                     continue
                 print(f"| {backbone} | {strat} | {used} | {dp * 1e3:.1f} | {plain * 1e3:.1f} | {dp / plain:.2f}× |",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from common import interleaved
 from dpviz.models import Classifier, build_backbone
 from dpviz.privacy import dpsgd
+from dpviz.privacy import precision as prec
 
 MODELS = {  # name: (label, channels, size, batch)
     "cnn": ("built-in CNN, 16×16", 1, 16, 256),
@@ -31,6 +33,8 @@ MODELS = {  # name: (label, channels, size, batch)
 }
 METHODS = ("plain", "dpviz", "hooks", "ghost")
 NUM_CLASSES = 10
+PRECISION = os.environ.get("DPVIZ_BENCH_PRECISION", "fp32")  # every method's arithmetic (`--precision`;
+# an environment variable so that the memory probes' child processes see it too)
 
 
 def random_weights(name: str, folder: Path) -> str | None:
@@ -62,14 +66,14 @@ def plain_fn(model, x, y):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        dpsgd.plain_step(model, x, y)
+        dpsgd.plain_step(model, x, y, PRECISION)
         opt.step()
     return step
 
 
 def dpviz_fn(model, x, y):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    stepper = dpsgd.Stepper(model, "auto")
+    stepper = dpsgd.Stepper(model, "auto", PRECISION)
     gen = torch.Generator(device=x.device).manual_seed(0)
 
     def step():
@@ -81,7 +85,8 @@ def dpviz_fn(model, x, y):
 
 
 def opacus_fn(model, x, y, mode: str):
-    """Opacus 1.6's own training loop: ``make_private`` with grad_sample_mode "hooks" or "ghost"."""
+    """Opacus 1.6's own training loop: ``make_private`` with grad_sample_mode "hooks" or "ghost" (under
+    ``torch.autocast`` in bf16/fp16, its own mixed-precision mode; fp16 without a loss scale)."""
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -97,7 +102,8 @@ def opacus_fn(model, x, y, mode: str):
 
     def step():
         dp_opt.zero_grad(set_to_none=True)
-        loss = criterion(module(x), y)
+        with prec.autocast(PRECISION, x.device.type):
+            loss = criterion(module(x), y)
         loss.backward()
         dp_opt.step()
         loss.item()  # the loss a training loop reports, as the plain and dpviz steps do
