@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import engine, trainer
+from . import distributed, engine, trainer
 from .config import RunConfig
 from .errors import Cancelled, ConfigError
 
@@ -48,6 +48,9 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
     _concrete(cfg)
+    if (world := distributed.current()) is not None:
+        return _run_distributed(cfg, world, store=store, force=force, extra=extra, progress=progress, cancel=cancel,
+                                on_start=on_start, kind=kind)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
         store.claim(hit["run_id"], kind, current=hit["kind"])
@@ -70,6 +73,42 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         store.event(run_id, "traceback", traceback.format_exc())
         raise
     summary = {**summary, **(extra or {})}  # stored: `show --json` says where "auto" rates came from
+    store.finish_run(run_id, "finished", summary=summary)
+    return {**summary, "cached": False}
+
+
+def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind) -> dict:
+    """`run` as one rank of a distributed run (`dpviz.distributed`): rank 0 answers from the store or creates
+    the run and alone writes it; every rank prepares (rank 0 first: it fills the caches the others read) and
+    trains in step. Rank 0's summary records the world size and the backend; the others return theirs."""
+    hit = None if force or world.rank else store.find_finished(cfg.hash())
+    hit = world.share(hit and {**hit["summary"], **(extra or {}), "cached": True})
+    if hit:
+        return hit
+    if world.rank:
+        world.barrier()
+    try:
+        prep = engine.prepare(cfg, cache_dir=store.root)
+    finally:
+        if not world.rank:
+            world.barrier()
+    run_id = world.share(store.create_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind)
+                         if not world.rank else None)
+    if world.rank:
+        return trainer.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search")
+    store.update_run(run_id, started=time.time())
+    if on_start:
+        on_start(run_id)
+    try:
+        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
+                                auto_checkpoints=kind != "search")
+    except BaseException as e:
+        status = "cancelled" if isinstance(e, (Cancelled, KeyboardInterrupt)) else "failed"
+        store.finish_run(run_id, status, error=f"{type(e).__name__}: {e} (rank 0 of {world.size}; a collective "
+                         "fails when another rank died)" if status == "failed" else "cancelled by the user")
+        store.event(run_id, "traceback", traceback.format_exc())
+        raise
+    summary = {**summary, **(extra or {}), "world_size": world.size, "backend": world.backend}
     store.finish_run(run_id, "finished", summary=summary)
     return {**summary, "cached": False}
 

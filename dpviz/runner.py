@@ -75,10 +75,15 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         ConfigError: bad input; nothing is stored in that case.
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
-    from . import calibration, execute  # torch: only when something trains
+    from . import calibration, distributed, execute  # torch: only when something trains
 
     store = store or Store(cache_dir)
-    cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel)
+    world = distributed.current()
+    if world is None or world.rank == 0:  # a distributed run's rates: rank 0 resolves (it may search) for all
+        cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel)
+    if world is not None:
+        d, auto = world.share((cfg.to_dict(), auto) if world.rank == 0 else None)
+        cfg = RunConfig.from_dict(d)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
                        on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind)
 

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import engine, strategies
+from . import distributed, engine, strategies
 from .engine import Cancelled, Prepared
 from .privacy import accounting, dpsgd
 from .strategies.base import PhasePlan, PhaseSetup
@@ -72,6 +72,9 @@ class Loop:
         self.on_checkpoint, self.progress, self.cancel = on_checkpoint, progress, cancel
         self.dev = prep.device
         self.model = prep.model.to(self.dev)
+        self.world = distributed.current()  # None: one process
+        if self.world is not None:
+            self.world.broadcast(self.model)
         b = prep.bundle
         self.x, self.y = b.x_train.to(self.dev), b.y_train.to(self.dev)  # (n, C, H, W), (n,)
         self.ev_x, self.ev_y = b.eval_subset(self.cfg.eval_subset)
@@ -116,6 +119,8 @@ class Loop:
             self.store.save_mask(self.run_id, mask)
 
     def evaluate(self) -> None:
+        if self.world is not None and self.world.rank:  # rank 0 evaluates and records; no collective here
+            return
         # the head on the test split's features: computed again only when the backbone changed, so a run
         # whose backbone is frozen (LP) forwards the test split once, not at every evaluation
         acc, loss = engine.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev)
@@ -169,7 +174,7 @@ class Loop:
         self._t = time.perf_counter()
         try:
             for k in range(plan.steps):
-                if not self.strategy.before_step(self, plan, k):
+                if not self._agreed(self.strategy.before_step(self, plan, k)):
                     break
                 idx = self._sample(len(s.labels), s.sample_rate)
                 s.module.zero_grad(set_to_none=True)
@@ -178,6 +183,8 @@ class Loop:
                 if s.update:
                     s.optimizer.step()
                 self.step += 1
+                if self.world is not None and self.step % distributed.CHECK_EVERY == 0:
+                    self.world.check(self.model, self.step)
                 self.private_steps += not plan.public
                 self.record(st, plan.lr, final=k == plan.steps - 1)
         finally:
@@ -185,6 +192,14 @@ class Loop:
                 self.overflows += stepper.overflows
                 stepper.close()
         self.strategy.leave_phase(self, plan, s)
+
+    def _agreed(self, go: bool) -> bool:
+        """A strategy's decision to go on (continual's switch), rank 0's on every rank of a distributed run."""
+        if self.world is None:
+            return go
+        flag = torch.tensor([int(go)])
+        torch.distributed.broadcast(flag, 0)
+        return bool(flag.item())
 
     def _sample(self, n: int, q: float) -> torch.Tensor:
         """Indices of a Poisson batch (each example with probability q); stops here if cancelled."""
@@ -194,12 +209,15 @@ class Loop:
 
     def _step(self, stepper, s: PhaseSetup, idx: torch.Tensor, phase) -> dpsgd.StepStats:
         """Set the gradients of one step on batch ``idx``: DP-SGD, or a plain step."""
+        batch, reduce = len(idx), None
+        if self.world is not None and getattr(stepper, "mode", None) != "head":  # LP on cached features:
+            idx, reduce = self.world.shard(idx), self.world.all_reduce  # every rank steps alike, unsharded
         x, y = s.inputs[idx], s.labels[idx]
         can = self.prep.canaries if phase is not None else None  # canaries are private records only
         # white-box canaries are records of n without an image: they count in the expected batch q·n
         expected = phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)) if phase else 0
         if not s.private:
-            st = dpsgd.plain_step(stepper, x, y, self.cfg.precision)
+            st = dpsgd.plain_step(stepper, x, y, self.cfg.precision, batch=batch, reduce=reduce)
             if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless
                 params = [p for p in stepper.parameters() if p.requires_grad]
                 can.add(params, clip_norm=None, scale=1 / expected)
@@ -207,7 +225,7 @@ class Loop:
             return st
         return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
                                   expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
-                                  canaries=can if can is not None and can.virtual else None)
+                                  canaries=can if can is not None and can.virtual else None, reduce=reduce)
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None

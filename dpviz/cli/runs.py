@@ -83,6 +83,8 @@ def cmd_run(args) -> int:
     from .. import runner
 
     cfg = config_from_args(args)
+    if _launched():  # one rank of a distributed run (torchrun): `dpviz.distributed`
+        return _run_rank(cfg, args)
     if not cfg.private:
         print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
               file=sys.stderr)
@@ -95,6 +97,29 @@ def cmd_run(args) -> int:
         print(f"dpviz: warning: learning rates on auto: {summary['auto']['warning']}", file=sys.stderr)
     if not summary.get("cached"):
         _analyze_later(summary["run_id"], args.cache_dir)
+    return 0
+
+
+def _launched() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _run_rank(cfg, args) -> int:
+    """``torchrun --nproc-per-node N -m dpviz run …``: this process is one rank; rank 0 prints and stores."""
+    from .. import distributed, runner
+
+    world = distributed.init_from_env(cfg.device)
+    try:
+        quiet = args.quiet or world.rank > 0
+        progress = Progress(cfg, quiet)
+        summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress)
+        progress.close()
+    finally:
+        distributed.close()
+    if world.rank == 0:
+        print(dump(summary) if args.json else text(summary) + f"  ({world.size} processes, {world.backend})")
+        if not summary.get("cached"):
+            _analyze_later(summary["run_id"], args.cache_dir)
     return 0
 
 

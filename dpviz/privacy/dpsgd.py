@@ -125,7 +125,7 @@ def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_no
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator,
-                 clipping: str = "abadi", canaries=None) -> StepStats:
+                 clipping: str = "abadi", canaries=None, reduce=None) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
     grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
@@ -133,18 +133,20 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     expected batch size q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
     ``canaries``: an audit's white-box canaries (`dpviz.audit.canaries.GradientCanaries`), added to the
     clipped sum before the noise and scored on what the step releases.
+    ``reduce``: a distributed run's in-place sum over ranks (`dpviz.distributed.World.all_reduce`), applied
+    to this rank's clipped sums before the noise, which every rank then draws alike: it enters once.
     """
-    B = len(y)
-    stats = None
     for p in stepper.params:
         p.grad = None
-    if B > 0:
+    stats = None
+    if len(y) > 0:
         out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm, clipping)
-        stats = [loss_sum.detach(), (out.argmax(1) == y).float().mean(), (norms > clip_norm).float().mean(),
-                 norms.mean()]
+        stats = [loss_sum.detach(), (out.argmax(1) == y).sum(), (norms > clip_norm).sum(), norms.sum()]
     for p in stepper.params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+    if reduce is not None:
+        reduce([p.grad for p in stepper.params])
     if canaries is not None:
         canaries.add(stepper.params, clip_norm=clip_norm, clipping=clipping)
     noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in stepper.params]
@@ -155,17 +157,25 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     if canaries is not None:
         canaries.observe(stepper.params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
                          clip_norm=clip_norm, clipping=clipping)
-    return _step_stats(stats, B)
+    return _step_stats(stats, len(y), stepper.params[0].device if stepper.params else x.device, reduce)
 
 
-def _step_stats(stats: list[torch.Tensor] | None, B: int) -> StepStats:
-    """StepStats from the step's (loss sum, accuracy, clipped fraction, mean norm) tensors: one host sync,
-    read once the whole step is queued."""
-    if stats is None:
+def _step_stats(stats: list[torch.Tensor] | None, B: int, device, reduce=None) -> StepStats:
+    """StepStats from the step's sums (loss, correct, clipped, norms; None for an empty batch): one host sync,
+    read once the whole step is queued; ``reduce`` sums them over a distributed run's ranks first."""
+    if stats is None and reduce is None:
         return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
-    loss_sum, acc, clip_frac, norm_mean = torch.stack([t.to(stats[0].dtype) for t in stats]).tolist()
-    return StepStats(loss=loss_sum / B, train_accuracy=acc, batch_size=B, clip_fraction=clip_frac,
-                     grad_norm=norm_mean)
+    sums = (torch.stack([t.to(torch.float64) for t in stats]) if stats is not None
+            else torch.zeros(4, dtype=torch.float64, device=device))
+    if reduce is not None:
+        sums = torch.cat([sums, torch.tensor([float(B)], dtype=torch.float64, device=sums.device)])
+        reduce([sums])
+        B = int(sums[4].item())
+    if B == 0:
+        return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
+    loss_sum, correct, clipped, norm_sum = sums[:4].tolist()
+    return StepStats(loss=loss_sum / B, train_accuracy=correct / B, batch_size=B, clip_fraction=clipped / B,
+                     grad_norm=norm_sum / B)
 
 
 def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
@@ -178,24 +188,44 @@ def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> t
     return torch.randn(p.shape, generator=generator, device=p.device) * std
 
 
-def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> StepStats:
+def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32", *,
+               batch: int | None = None, reduce=None) -> StepStats:
     """Non-private baseline: ordinary mean gradient over the sampled batch (in ``precision``; fp16 scales
-    the loss, and a step whose gradient overflowed is skipped, as AMP's scaler does: no privacy to keep)."""
+    the loss, and a step whose gradient overflowed is skipped, as AMP's scaler does: no privacy to keep).
+
+    A distributed run passes its global ``batch`` size (this rank holds a shard of it) and ``reduce``,
+    which sums the ranks' gradients of (Σ_shard loss) / batch: the mean over the global batch.
+    """
     params = _trainable(module)
-    if len(y) == 0:
+    n = len(y) if batch is None else batch
+    for p in params:
+        p.grad = None
+    stats = None
+    if len(y) > 0:
+        with prec.autocast(precision, x.device.type):
+            out = module(x)
+            loss_sum = F.cross_entropy(out, y, reduction="sum")
+        (loss_sum * (prec.loss_scale(precision) / n)).backward()
+        stats = [loss_sum.detach(), (out.argmax(1) == y).sum()]
+    if n == 0:
         for p in params:
             p.grad = torch.zeros_like(p)
         return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
-    with prec.autocast(precision, x.device.type):
-        out = module(x)
-        loss = F.cross_entropy(out, y)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params]
+    if reduce is not None:
+        reduce(grads)
     scale = prec.loss_scale(precision)
-    (loss * scale).backward()
     if scale != 1.0:
-        grads = [p.grad for p in params if p.grad is not None]
         torch._foreach_div_(grads, scale)
         if not all(torch.isfinite(g).all() for g in grads):
             for p in params:  # no gradient: the optimizer leaves every parameter (and its momentum) alone
                 p.grad = None
-    return StepStats(loss=loss.item(), train_accuracy=(out.argmax(1) == y).float().mean().item(),
-                     batch_size=len(y))
+    sums = (torch.stack([t.to(torch.float64) for t in stats]) if stats is not None
+            else torch.zeros(2, dtype=torch.float64, device=grads[0].device if grads else x.device))
+    if reduce is not None:
+        reduce([sums])
+    loss_sum, correct = sums.tolist()
+    return StepStats(loss=loss_sum / n, train_accuracy=correct / n, batch_size=n)
