@@ -31,7 +31,7 @@ LAYERS = [
                 "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
                 "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
                 "audit.bounds", "audit.readings"]),
-    ("mechanisms", ["privacy", "models", "data", "lora", "sparse", "curvature", "audit.canaries",
+    ("mechanisms", ["privacy", "distributed", "models", "data", "lora", "sparse", "curvature", "audit.canaries",
                     "theory.overlay", "theory"]),
     ("declarations", ["fields", "strategies", "config", "tasks"]),
     ("run core", ["calibration", "engine", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
