@@ -170,7 +170,7 @@ def render_task_picker() -> None:
 def _size_widgets(dataset: str) -> dict:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
-    c1, c2, c3, _ = st.columns([1, 1, 1, 1])
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
     size = int(c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
                                key="f_train_size", help="a fixed class-stratified subset of this many training "
                                "examples, the same for every seed (n for the accountant)"))
@@ -180,7 +180,30 @@ def _size_widgets(dataset: str) -> dict:
     prec = c3.selectbox("precision", PRECISIONS, index=_index(PRECISIONS, "f_precision"), key="f_precision",
                         help="the forward and backward's arithmetic; per-sample norms, clipping, noise and "
                         "weights stay FP32, so ε is the same (tf32: CUDA only, fp32 on a CPU)")
+    if (cores := local_devices()) > 1:  # one run over several local processes (torchrun); not a config field
+        c4.number_input("processes", 1, cores, _default("f_processes", 1), 1, key="f_processes",
+                        help=f"train this run on up to {cores} local processes at once (torch.distributed: each "
+                        "holds a shard of every batch; the same steps and ε as one process)")
     return {"train_size": size, "precision": prec, **({"max_length": length} if text else {})}
+
+
+def local_devices() -> int:
+    """How many processes a run may use here: the GPUs when more than one (without importing torch when the
+    driver shows none), else the CPU cores."""
+    import os
+    import shutil
+
+    if shutil.which("nvidia-smi") or os.environ.get("CUDA_VISIBLE_DEVICES"):
+        import torch
+
+        if torch.cuda.device_count() > 1:
+            return torch.cuda.device_count()
+    return os.cpu_count() or 1
+
+
+def processes() -> int:
+    """The form's "processes" (1 where the field is not shown)."""
+    return int(st.session_state.get("f_processes", 1) or 1)
 
 
 def _training_widgets(strategy: str) -> dict:

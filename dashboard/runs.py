@@ -17,8 +17,11 @@ LIVE_METRICS = (("loss", "Training loss"), ("test_accuracy", "Test accuracy"), (
 def _launch(cfgs, what: str) -> None:
     """Button callback: submit before the page reruns, so that the sidebar's count, the job list and the
     pair's states are there in the very run the click causes."""
+    from . import forms
+
     jm = state.job_manager()
-    jobs = [jm.submit(c) for c in cfgs]
+    n = forms.processes() if len(cfgs) == 1 else 1  # a page's batch of runs: one process each
+    jobs = [jm.submit(c, processes=n) for c in cfgs]
     st.session_state["watch"] = jobs[-1].job_id
     st.session_state.setdefault("launched_jobs", []).extend(j.job_id for j in jobs)
     st.session_state["_toast"] = what

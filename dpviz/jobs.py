@@ -43,6 +43,7 @@ class Job:
     last: dict = field(default_factory=dict)
     summary: dict | None = None
     error: str | None = None
+    processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.distributed`)
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     future: Future | None = field(default=None, repr=False)
 
@@ -81,8 +82,9 @@ class JobManager:
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
 
-    def submit(self, cfg: RunConfig, *, force: bool = False) -> Job:
-        job = Job(next(self._ids), cfg)
+    def submit(self, cfg: RunConfig, *, force: bool = False, processes: int = 1) -> Job:
+        """Queue ``cfg``; ``processes`` > 1 trains it as one run over that many local processes."""
+        job = Job(next(self._ids), cfg, processes=max(1, int(processes)))
         self.jobs[job.job_id] = job
         job.future = self.pool.submit(self._work, job, force)
         return job
@@ -128,9 +130,16 @@ class JobManager:
             job.search, job.phase = (k, n), "searching"
 
         try:
-            job.summary = run(job.cfg, store=self.store, force=force, progress=progress, cancel=job.cancel_event,
-                              on_start=started, on_checkpoint=self._unattended if self.analyses else None,
-                              search_progress=searching)
+            if job.processes > 1:
+                from . import processes
+
+                job.summary = processes.run(job, self.store, force=force, search_progress=searching,
+                                            started=started)
+            else:
+                job.summary = run(job.cfg, store=self.store, force=force, progress=progress,
+                                  cancel=job.cancel_event, on_start=started,
+                                  on_checkpoint=self._unattended if self.analyses else None,
+                                  search_progress=searching)
             job.status = "finished"
         except Cancelled:
             job.status = "cancelled"

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.layout import PAGES
 import dpviz
-from dpviz import strategies
+from dpviz import results, strategies
 from dpviz.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,10 +85,13 @@ def test_form_shows_exactly_the_strategys_fields(strategy, app_env):
 
 
 def test_launch_from_form_creates_a_run(app_env):
+    """The form's run, here over 2 local processes (the "processes" field a multi-core machine shows):
+    one stored run whose table row says so, within its budget."""
     at = open_page("pages/runs.py")
     at.number_input(key="f_epochs").set_value(1).run()
     at.select_slider(key="f_epsilon").set_value(2.0).run()
     assert "σ =" in at.info[0].value and "ε = 2" in at.info[0].value
+    at.number_input(key="f_processes").set_value(2).run()
     at.button(key="launch").click().run()
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -98,7 +101,9 @@ def test_launch_from_form_creates_a_run(app_env):
         time.sleep(0.5)
     assert runs and runs[0]["status"] == "finished"
     assert runs[0]["config"]["epsilon"] == 2.0 and runs[0]["config"]["epochs"] == 1
-    assert runs[0]["summary"]["epsilon_spent"] <= 2.0
+    assert runs[0]["summary"]["epsilon_spent"] <= 2.0 and len(runs) == 1
+    assert runs[0]["summary"]["world_size"] == 2
+    assert results.final_table(Store(app_env), [runs[0]["run_id"]])["processes"].tolist() == [2]
 
 
 @pytest.mark.parametrize("key,value,field", [("f_delta", 0.5, "delta"), ("f_strategy", "partial", "tune_blocks"),

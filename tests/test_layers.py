@@ -38,7 +38,7 @@ LAYERS = [
     ("store and studies", ["store", "journal", "trials", "sweeps"]),
     ("policy", ["shipped_rates", "proxy_search", "autotune"]),
     ("runner", ["runner"]),
-    ("services", ["jobs", "audit", "reproduce", "presets", "analyses.service"]),
+    ("services", ["jobs", "processes", "audit", "reproduce", "presets", "analyses.service"]),
     ("reading", ["results", "figures", "export"]),
     ("faces", ["cli", "cli_sweeps", "__main__", ""]),
 ]

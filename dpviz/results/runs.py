@@ -98,7 +98,7 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
             "lp_fraction": c["lp_fraction"], "seed": c["seed"], "epochs": c["epochs"],
             "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
             "epsilon_spent": s.get("epsilon_spent"), "wall_time_s": s.get("wall_time_s"),
-            "step": run["step"], "total_steps": run["total_steps"],
+            "processes": s.get("world_size", 1), "step": run["step"], "total_steps": run["total_steps"],
             "audit_epsilon_lb": a.get("epsilon_lb_best"), "audit_threat": a.get("threat"),
             "audit_canaries": a.get("canaries"),
         })
