@@ -7,6 +7,7 @@ nothing else in dpviz opens a run's files. Formats at schema 1::
     weights    weights/step_XXXXXX.pt     {"__kind__", "__schema__", "state_dict"} and, from schema 2, "base": the
                                           step of the full checkpoint whose unchanged tensors it leaves out
     model      model.pt                   {"__kind__", "__schema__", "state_dict", "config"}
+    resume     resume.pt                  where a stopped run goes on from (`dpviz.resume`)
     mask       mask.json                  the mask document plus "__kind__" and "__schema__" keys
     analysis   analyses table             ``kind`` and ``schema`` columns beside each result row
 
@@ -32,7 +33,7 @@ import numpy as np
 from .errors import StoreError, load_failure
 
 KIND, SCHEMA = "__kind__", "__schema__"
-VERSIONS = {"features": 1, "weights": 2, "model": 1, "mask": 1, "analysis": 1}
+VERSIONS = {"features": 1, "weights": 2, "model": 1, "mask": 1, "analysis": 1, "resume": 1}
 """The schema version this dpviz writes, and the newest it reads, per artifact kind."""
 
 

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import distributed, engine, trainer
+from . import distributed, engine, resume as resuming, trainer
 from .config import RunConfig
 from .errors import Cancelled, ConfigError
 
@@ -29,7 +29,8 @@ def _concrete(cfg: RunConfig) -> None:
 
 def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None, progress: Callable | None = None,
         cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
-        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user") -> dict:
+        on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user",
+        resume: bool = False) -> dict:
     """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
 
     Args:
@@ -38,6 +39,8 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         force: train even if an identical run is stored.
         extra: fields added to the stored summary (e.g. where "auto" rates came from).
         progress, cancel, on_start, on_checkpoint, ahead: as `dpviz.runner.run`.
+        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint (`dpviz.resume`), where
+            there is one; otherwise as without it.
         kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
             proxy search). The cache answers by config hash whatever the stored run's kind; a stored
             search run that answers a user or a study becomes theirs (`Store.claim`). A search run keeps
@@ -50,7 +53,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     _concrete(cfg)
     if (world := distributed.current()) is not None:
         return _run_distributed(cfg, world, store=store, force=force, extra=extra, progress=progress, cancel=cancel,
-                                on_start=on_start, kind=kind)
+                                on_start=on_start, kind=kind, resume=resume)
     h = cfg.hash()
     if not force and (hit := store.find_finished(h)):
         store.claim(hit["run_id"], kind, current=hit["kind"])
@@ -58,13 +61,12 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
             on_start(hit["run_id"])
         return {**hit["summary"], **(extra or {}), "cached": True}
     prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
-    run_id = store.create_run(h, cfg.to_json(), prep.total_steps, kind=kind)
-    store.update_run(run_id, started=time.time())
+    run_id, state = _open(store, cfg, prep, kind, resume)
     if on_start:
         on_start(run_id)
     try:
         summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search")
+                                on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search", state=state)
     except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise
@@ -74,10 +76,25 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         raise
     summary = {**summary, **(extra or {})}  # stored: `show --json` says where "auto" rates came from
     store.finish_run(run_id, "finished", summary=summary)
+    store.drop_resume(run_id)
     return {**summary, "cached": False}
 
 
-def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind) -> dict:
+def _open(store, cfg: RunConfig, prep, kind: str, resume: bool) -> tuple[str, dict | None]:
+    """The run to train: a stopped one of ``cfg`` reopened at its last checkpoint (``resume``, where there is
+    one; with its snapshot) or a new one (None)."""
+    found = resuming.stopped(store, cfg.hash()) if resume else None
+    if found is not None:
+        run_id, state = found
+        store.reopen(run_id, state["step"])
+    else:
+        run_id, state = store.create_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind), None
+    store.update_run(run_id, started=time.time())
+    return run_id, state
+
+
+def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,
+                     resume=False) -> dict:
     """`run` as one rank of a distributed run (`dpviz.distributed`): rank 0 answers from the store or creates
     the run and alone writes it; every rank prepares (rank 0 first: it fills the caches the others read) and
     trains in step. Rank 0's summary records the world size and the backend; the others return theirs."""
@@ -92,16 +109,16 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
     finally:
         if not world.rank:
             world.barrier()
-    run_id = world.share(store.create_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind)
-                         if not world.rank else None)
-    if world.rank:
-        return trainer.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search")
-    store.update_run(run_id, started=time.time())
+    run_id, state = _open(store, cfg, prep, kind, resume) if not world.rank else (None, None)
+    run_id, resumed = world.share((run_id, state is not None))
+    if world.rank:  # the snapshot from the store's file (rank 0 alone writes it; every rank reads it)
+        state = store.load_resume(run_id) if resumed else None
+        return trainer.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search", state=state)
     if on_start:
         on_start(run_id)
     try:
         summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                auto_checkpoints=kind != "search")
+                                auto_checkpoints=kind != "search", state=state)
     except BaseException as e:
         status = "cancelled" if isinstance(e, (Cancelled, KeyboardInterrupt)) else "failed"
         store.finish_run(run_id, status, error=f"{type(e).__name__}: {e} (rank 0 of {world.size}; a collective "
@@ -110,6 +127,7 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
         raise
     summary = {**summary, **(extra or {}), "world_size": world.size, "backend": world.backend}
     store.finish_run(run_id, "finished", summary=summary)
+    store.drop_resume(run_id)
     return {**summary, "cached": False}
 
 

@@ -34,6 +34,18 @@ class _Optimizer:
     def _update(self, p: torch.Tensor, g: torch.Tensor, st: dict) -> None:
         raise NotImplementedError
 
+    def state_dict(self) -> dict:
+        """{"lr", "state": {index of the parameter: its state}} (a resumed run's optimizer, `dpviz.resume`)."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        return {"lr": self.lr, "state": {index[id(p)]: {k: v.detach().clone() if torch.is_tensor(v) else v
+                                                       for k, v in st.items()} for p, st in self.state.items()}}
+
+    def load_state_dict(self, doc: dict) -> None:
+        """The state `state_dict` gave, on this optimizer's parameters (the same list, in the same order)."""
+        self.lr = doc["lr"]
+        self.state = {self.params[i]: {k: v.to(self.params[i].device) if torch.is_tensor(v) else v
+                                       for k, v in st.items()} for i, st in doc["state"].items()}
+
 
 class SGD(_Optimizer):
     """``torch.optim.SGD(params, lr, momentum)``: buf ← m·buf + g (g on the first step); p ← p − lr·buf."""

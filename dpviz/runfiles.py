@@ -83,6 +83,20 @@ class RunFiles:
             raise StoreError(f"artifact {path}: weights based on themselves; the file is damaged")
         return {**self.load_weights(run_id, doc["base"]), **doc["state_dict"]}
 
+    def save_resume(self, run_id: str, state: dict) -> Path:
+        """Where a stopped run goes on from (`dpviz.resume`): one file per run, replaced at each checkpoint."""
+        path = self._new_file(run_id, "resume.pt")
+        write_atomic(path, lambda f: artifacts.write_pt(f, "resume", state))
+        return path
+
+    def load_resume(self, run_id: str) -> dict | None:
+        path = self._file(run_id, "resume.pt")
+        return artifacts.read_pt(path, "resume") if path.exists() else None
+
+    def drop_resume(self, run_id: str) -> None:
+        """A finished run needs no resume point (a MiniLM one holds the whole model: 90 MB)."""
+        self._file(run_id, "resume.pt").unlink(missing_ok=True)
+
     def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
         """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
         path = self._new_file(run_id, "model.pt")

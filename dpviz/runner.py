@@ -49,7 +49,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
-        search_progress: Callable[[int, int], None] | None = None, kind: str = "user") -> dict:
+        search_progress: Callable[[int, int], None] | None = None, kind: str = "user", resume: bool = False) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -67,6 +67,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
             search for "auto" rates trains (a search is cancelled between trials by ``cancel``).
         kind: who launched it, as stored (`dpviz.store.KINDS`): "user" (a person) or "trial" (a study's
             trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.execute.run`).
+        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint, where there is one
+            (`dpviz.resume`; same ε as an uninterrupted run, on any number of processes).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -85,7 +87,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         d, auto = world.share((cfg.to_dict(), auto) if world.rank == 0 else None)
         cfg = RunConfig.from_dict(d)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
-                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind)
+                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind,
+                       resume=resume)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:

@@ -120,6 +120,14 @@ class Store(RunFiles):
         cols = ", ".join(f"{k}=?" for k in fields)
         self._tx(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
 
+    def reopen(self, run_id: str, step: int) -> None:
+        """A stopped run goes on from ``step`` in this process (`dpviz.resume`): running again, owned here,
+        and what it recorded after ``step`` (metrics, cached analyses) removed, to be recorded anew."""
+        self._tx("DELETE FROM metrics WHERE run_id=? AND step>?", (run_id, step))
+        self._tx("DELETE FROM analyses WHERE run_id=? AND step>?", (run_id, step))
+        self.update_run(run_id, status="running", owner=process_token(), error=None, finished=None, step=step)
+        self.event(run_id, "resumed", f"from step {step}")
+
     def finish_run(self, run_id: str, status: str, *, summary: dict | None = None, error: str | None = None):
         self.update_run(run_id, status=status, finished=time.time(), error=error,
                         summary_json=json.dumps(summary) if summary is not None else None)

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import distributed, engine, strategies
+from . import distributed, engine, resume, strategies
 from .engine import Cancelled, Prepared
 from .privacy import accounting, dpsgd
 from .strategies.base import PhasePlan, PhaseSetup
@@ -86,6 +86,7 @@ class Loop:
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
         self.overflows = 0  # fp16: examples with an overflow, set to 0 in their clipped contribution
+        self.at: tuple | None = None  # (phase index, next step in it, its optimizer): where a resume goes on
         self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
 
     # --- helpers for strategies ----------------------------------------------
@@ -160,20 +161,26 @@ class Loop:
         self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
         if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
             self._weights_base = (self.step, {k: v.detach().to("cpu", copy=True) for k, v in state.items()})
+        if self.at is not None and resume.resumable(self.cfg.strategy):
+            self.store.save_resume(self.run_id, resume.snapshot(self))
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
 
     # --- the phase loop ---------------------------------------------------------
-    def run_phase(self, plan: PhasePlan, phase: accounting.Phase | None) -> None:
-        """Run one phase; ``phase`` is its accountant entry (None for a public phase)."""
+    def run_phase(self, plan: PhasePlan, phase: accounting.Phase | None, index: int = 0, start: int = 0,
+                  state: dict | None = None) -> None:
+        """Run phase ``index`` from its step ``start``; ``phase`` is its accountant entry (None for a public
+        phase); ``state``: the snapshot a resumed run goes on from (`dpviz.resume`), in this phase."""
         s = self.strategy.enter_phase(self, plan)
         stepper = dpsgd.Stepper(s.module, self.cfg.grad_sample_mode, self.cfg.precision) if s.private else s.module
         if s.update and s.optimizer is None:
             s.optimizer = engine.make_optimizer([p for p in s.module.parameters() if p.requires_grad],
                                                 self.cfg, plan.lr)
+        if state is not None:
+            resume.load_phase(self, state, s.optimizer)
         self._t = time.perf_counter()
         try:
-            for k in range(plan.steps):
+            for k in range(start, plan.steps):
                 if not self._agreed(self.strategy.before_step(self, plan, k)):
                     break
                 idx = self._sample(len(s.labels), s.sample_rate)
@@ -186,6 +193,7 @@ class Loop:
                 if self.world is not None and self.step % distributed.CHECK_EVERY == 0:
                     self.world.check(self.model, self.step)
                 self.private_steps += not plan.public
+                self.at = (index, k + 1, s.optimizer)
                 self.record(st, plan.lr, final=k == plan.steps - 1)
         finally:
             if s.private:
@@ -248,8 +256,10 @@ class Loop:
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
           cancel: threading.Event | None = None, on_checkpoint: Callable | None = None,
-          auto_checkpoints: bool = True) -> dict:
+          auto_checkpoints: bool = True, state: dict | None = None) -> dict:
     """Train all phases of ``prep`` and return the run's summary.
+
+    ``state``: a stopped run's snapshot (`dpviz.resume`): training goes on from it instead of step 0.
 
     ``store``: where metrics, events, checkpoints and the final model go; None trains an unstored run
     (an audit's: only the summary and the trained ``prep.model`` remain).
@@ -259,12 +269,20 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     """
     t0 = time.perf_counter()
     loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint, auto_checkpoints)
-    loop.evaluate()
-    loop.checkpoint()
+    if state is None:
+        loop.evaluate()
+        loop.checkpoint()
+    else:  # a stopped run goes on (`dpviz.resume`)
+        resume.restore(loop, state)
+        loop._weights_base = resume.weights_base(store, run_id) if store is not None else None
     phases = iter(prep.phases)  # the accountant's phases: the private plans, in order
-    for plan in prep.plans:
-        loop.event("phase", f"{plan.name}: {plan.steps} steps")
-        loop.run_phase(plan, None if plan.public else next(phases))
+    for i, plan in enumerate(prep.plans):
+        phase = None if plan.public else next(phases)
+        if state is not None and i < state["phase"]:
+            continue
+        here = state if state is not None and i == state["phase"] else None
+        loop.event("phase", f"{plan.name}: {plan.steps} steps" + (f", from step {here['k']}" if here else ""))
+        loop.run_phase(plan, phase, i, here["k"] if here else 0, here)
     if not _due(loop.when, loop.step):
         loop.checkpoint()
     if store is not None:

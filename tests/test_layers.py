@@ -34,7 +34,7 @@ LAYERS = [
     ("mechanisms", ["privacy", "distributed", "models", "data", "lora", "sparse", "curvature", "audit.canaries",
                     "theory.overlay", "theory"]),
     ("declarations", ["fields", "strategies", "config", "tasks"]),
-    ("run core", ["calibration", "engine", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
+    ("run core", ["calibration", "engine", "resume", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
     ("store and studies", ["store", "journal", "trials", "sweeps"]),
     ("policy", ["shipped_rates", "proxy_search", "autotune"]),
     ("runner", ["runner"]),

@@ -22,6 +22,9 @@ def add_run(sub) -> None:
     r = sub.add_parser("run", help="train one configuration (or answer it from the cache)")
     config_flags(r)
     r.add_argument("--force", action="store_true", help="retrain even if an identical run is stored")
+    r.add_argument("--resume", action="store_true", help="go on with the newest stopped (interrupted, cancelled, "
+                   "failed) run of this configuration from its last checkpoint, if there is one: the same "
+                   "batches, noise and ε as an uninterrupted run, on any number of processes")
     r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(handler=cmd_run)
@@ -112,7 +115,7 @@ def _run_rank(cfg, args) -> int:
     try:
         quiet = args.quiet or world.rank > 0
         progress = Progress(cfg, quiet)
-        summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress)
+        summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress, resume=getattr(args, "resume", False))
         progress.close()
     finally:
         distributed.close()
@@ -152,7 +155,7 @@ def _train(cfg, args) -> dict | None:
                 search.close()
                 progress(*a)
             return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
-                              search_progress=search)
+                              search_progress=search, resume=getattr(args, "resume", False))
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None

@@ -1,0 +1,67 @@
+"""Where a stopped run goes on from: a snapshot at every feature checkpoint, and putting it back.
+
+At each feature checkpoint after the first, rank 0 stores ``runs/<id>/resume.pt`` (replaced each time):
+the model's raw weights (LoRA's adapters unmerged), the optimizer's state, both generators (sampling and
+noise), the step, the count of private steps and where in which phase the run stands. ``run --resume``
+(`dpviz.execute`) reopens the newest stopped run of the same configuration and the trainer goes on from
+there: the same Poisson batches, the same noise, so the run ends where an uninterrupted one would, and
+the accountant, which counts private steps of a fixed schedule, gives the same ε. The world size may
+differ: sampling and noise are global (`dpviz.distributed`).
+
+Strategies whose state lives outside the weights are not resumable yet: SPARTA's selection (its noisy
+row scores) and continual's carried optimizer and switch monitor. Their runs start again from step 0.
+"""
+
+from __future__ import annotations
+
+NOT_RESUMABLE = ("sparse", "continual")
+
+
+def resumable(strategy: str) -> bool:
+    return strategy not in NOT_RESUMABLE
+
+
+def snapshot(loop) -> dict:
+    """What `restore` and the phase loop need to go on after the step the loop has just recorded."""
+    phase, k, optimizer = loop.at
+    return {"step": loop.step, "private_steps": loop.private_steps, "phase": phase, "k": k,
+            "model": {n: t.detach().to("cpu", copy=True) for n, t in loop.model.state_dict().items()},
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "gen_sample": loop.gen_sample.get_state(), "gen_noise": loop.gen_noise.get_state(),
+            "last": {k: v for k, v in loop.last.items() if v is not None}, "overflows": loop.overflows}
+
+
+def restore(loop, state: dict) -> None:
+    """The loop's counters, generators and weights as ``state`` left them (weights a later phase adds, such
+    as LoRA's adapters, are loaded again once the phase has made them: `load_phase`)."""
+    loop.step, loop.private_steps = state["step"], state["private_steps"]
+    loop.last.update(state["last"])
+    loop.overflows = state.get("overflows", 0)
+    loop.gen_sample.set_state(state["gen_sample"])
+    loop.gen_noise.set_state(state["gen_noise"].to(loop.gen_noise.get_state().device))
+    loop.model.load_state_dict(state["model"], strict=False)
+
+
+def load_phase(loop, state: dict, optimizer) -> None:
+    """Inside the phase the run stopped in: every weight (strictly now), and the optimizer's state."""
+    loop.model.load_state_dict({n: t.to(loop.dev) for n, t in state["model"].items()})
+    if optimizer is not None and state["optimizer"] is not None:
+        optimizer.load_state_dict(state["optimizer"])
+
+
+def stopped(store, config_hash: str):
+    """(run id, snapshot) of the newest stopped run of ``config_hash`` that can go on, or None."""
+    runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
+            and r["status"] in ("interrupted", "cancelled", "failed")]
+    for r in sorted(runs, key=lambda r: r.get("created") or 0, reverse=True):
+        state = store.load_resume(r["run_id"])
+        if state is not None:
+            return r["run_id"], state
+    return None
+
+
+def weights_base(store, run_id: str):
+    """The full weights of the run's first checkpoint, which later ones store their changes against."""
+    steps = store.weight_steps(run_id)
+    return (steps[0], store.load_weights(run_id, steps[0])) if steps else None
+

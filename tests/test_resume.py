@@ -1,0 +1,62 @@
+"""`run --resume`: a stopped run goes on from its last checkpoint and ends where an uninterrupted one does,
+with the same ε, in one process or on another number of them."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import dpviz
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled
+from dpviz.store import Store
+
+CFG = dict(epochs=2, epsilon=1.0, lr_lp=0.5, lr_ft=0.05, checkpoint_every=2, eval_every=3)
+
+
+def _stopped_at_step_6(cfg, cache_dir) -> str:
+    """``cfg`` cancelled during step 7 (stored as cancelled at step 6, its last checkpoint); its run id."""
+    stop = threading.Event()
+    with pytest.raises(Cancelled):
+        dpviz.run(cfg, cache_dir=cache_dir, progress=lambda step, total, last: step == 7 and stop.set(), cancel=stop)
+    (run,) = Store(cache_dir).list_runs()
+    assert run["status"] == "cancelled" and run["step"] == 6
+    return run["run_id"]
+
+
+@pytest.mark.parametrize("strategy", ["lp-fft", "lora"])  # a phase switch; adapters made by the phase itself
+def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy, cache_dir, tmp_path):
+    cfg = RunConfig(strategy=strategy, **CFG)
+    full = dpviz.run(cfg, cache_dir=tmp_path / "full")
+    rid = _stopped_at_step_6(cfg, cache_dir)
+    out = dpviz.run(cfg, cache_dir=cache_dir, resume=True)
+    store, ref = Store(cache_dir), Store(tmp_path / "full")
+    assert out["run_id"] == rid and store.get_run(rid)["status"] == "finished" and len(store.list_runs()) == 1
+    assert out["epsilon_spent"] == full["epsilon_spent"] and out["test_accuracy"] == full["test_accuracy"]
+    a, b = ref.load_model(full["run_id"])["state_dict"], store.load_model(rid)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same batches, noise and optimizer state
+    assert store.metrics(rid, "loss")["loss"] == ref.metrics(full["run_id"], "loss")["loss"]  # no step twice
+    assert store.load_resume(rid) is None  # a finished run keeps no resume point
+
+
+def test_a_run_stopped_in_one_process_resumes_on_two(cache_dir, tmp_path):
+    """The world size may change on resume: sampling and noise are global (`dpviz.distributed`)."""
+    cfg = RunConfig(strategy="fft", **CFG)
+    full = dpviz.run(cfg, cache_dir=tmp_path / "full")
+    rid = _stopped_at_step_6(cfg, cache_dir)
+    flags = ["--strategy", "fft", "--epochs", "2", "--epsilon", "1", "--lr-lp", "0.5", "--lr-ft", "0.05",
+             "--checkpoint-every", "2", "--eval-every", "3"]
+    env = {**os.environ, "DPVIZ_BACKGROUND_ANALYSES": "off", "DPVIZ_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          "29534", "-m", "dpviz", "run", *flags, "--resume", "--json", "--quiet"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    s = json.loads(out.stdout[out.stdout.index("{"):])
+    assert s["run_id"] == rid and s["world_size"] == 2 and s["epsilon_spent"] == full["epsilon_spent"]
+    l1 = Store(tmp_path / "full").metrics(full["run_id"], "loss")["loss"]
+    l2 = Store(cache_dir).metrics(rid, "loss")["loss"]
+    assert [t for t, _ in l2] == [t for t, _ in l1] and [v for _, v in l2] == pytest.approx([v for _, v in l1], rel=1e-3)
