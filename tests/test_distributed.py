@@ -19,7 +19,7 @@ from dpviz.privacy import dpsgd
 from dpviz.store import Store
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
-FLAGS = ["--strategy", "fft", "--epochs", "2", "--lr-lp", "0.5", "--lr-ft", "0.05", "--eval-subset", "40"]
+FLAGS = ["--strategy", "lp-fft", "--epochs", "2", "--lr-lp", "0.5", "--lr-ft", "0.05", "--eval-subset", "40"]
 
 
 def _env(cache_dir):
@@ -37,7 +37,8 @@ def _run(cache_dir, *flags, ranks=1):
 
 
 def test_two_processes_spend_the_one_process_runs_epsilon_on_its_batches_with_one_writer(tmp_path):
-    """The whole path from the command line: the first step (from the same weights, with the same noise) gives
+    """The whole path from the command line, LP-FFT (LP on cached features on every rank, then FFT sharded):
+    the first step (from the same weights, with the same noise) gives
     the one-process run's weights to 1e-6; later steps drift only by FP32 rounding (the order of a sum),
     so the losses agree to 1e-3; ε is the same; rank 0 alone stored the run, with its world size."""
     one = _run(tmp_path / "one", "--epsilon", "1", "--checkpoint-every", "1")
