@@ -160,7 +160,7 @@ class Loop:
         state = self.strategy.state_dict(self.model)
         self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
         if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
-            self._weights_base = (self.step, {k: v.detach().to("cpu", copy=True) for k, v in state.items()})
+            self._weights_base = (self.step, resume.cpu_once(state))
         if self.at is not None and resume.resumable(self.cfg.strategy):
             self.store.save_resume(self.run_id, resume.snapshot(self))
         if self.on_checkpoint:
