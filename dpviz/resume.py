@@ -8,23 +8,21 @@ there: the same Poisson batches, the same noise, so the run ends where an uninte
 the accountant, which counts private steps of a fixed schedule, gives the same ε. The world size may
 differ: sampling and noise are global (`dpviz.distributed`).
 
-Strategies whose state lives outside the weights are not resumable yet: SPARTA's selection (its noisy
-row scores) and continual's carried optimizer and switch monitor. Their runs start again from step 0.
+A strategy keeps what lives outside the weights through `Strategy.resume_state`: SPARTA its selection
+epoch's sums and row scores (the mask is chosen again from them, as it was), continual where and why it
+switched. Continual before its switch (the decelerator monitor's history) has no snapshot yet: such a run
+starts again from step 0.
 """
 
 from __future__ import annotations
 
-NOT_RESUMABLE = ("sparse", "continual")
-
-
-def resumable(strategy: str) -> bool:
-    return strategy not in NOT_RESUMABLE
-
-
 def snapshot(loop) -> dict:
     """What `restore` and the phase loop need to go on after the step the loop has just recorded."""
     phase, k, optimizer = loop.at
-    return {"step": loop.step, "private_steps": loop.private_steps, "phase": phase, "k": k,
+    extra = loop.strategy.resume_state(loop)
+    if extra is None:  # the strategy cannot go on from here
+        return None
+    return {"strategy": extra, "step": loop.step, "private_steps": loop.private_steps, "phase": phase, "k": k,
             "model": cpu_once(loop.model.state_dict()),
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
             "gen_sample": loop.gen_sample.get_state(), "gen_noise": loop.gen_noise.get_state(),
@@ -48,6 +46,7 @@ def restore(loop, state: dict) -> None:
     """The loop's counters, generators and weights as ``state`` left them (weights a later phase adds, such
     as LoRA's adapters, are loaded again once the phase has made them: `load_phase`)."""
     loop.step, loop.private_steps = state["step"], state["private_steps"]
+    loop.strategy.load_resume_state(state.get("strategy", {}))
     loop.last.update(state["last"])
     loop.overflows = state.get("overflows", 0)
     loop.gen_sample.set_state(state["gen_sample"])

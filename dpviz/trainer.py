@@ -161,8 +161,8 @@ class Loop:
         self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
         if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
             self._weights_base = (self.step, resume.cpu_once(state))
-        if self.at is not None and resume.resumable(self.cfg.strategy):
-            self.store.save_resume(self.run_id, resume.snapshot(self))
+        if self.at is not None and (snap := resume.snapshot(self)) is not None:
+            self.store.save_resume(self.run_id, snap)
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
 

@@ -18,21 +18,27 @@ from dpviz.store import Store
 CFG = dict(epochs=2, epsilon=1.0, lr_lp=0.5, lr_ft=0.05, checkpoint_every=2, eval_every=3)
 
 
-def _stopped_at_step_6(cfg, cache_dir) -> str:
-    """``cfg`` cancelled during step 7 (stored as cancelled at step 6, its last checkpoint); its run id."""
+def _stopped(cfg, cache_dir, at: int = 7) -> str:
+    """``cfg`` cancelled during step ``at`` (stored as cancelled; its snapshot from the checkpoint at step
+    at − 1); its run id."""
     stop = threading.Event()
     with pytest.raises(Cancelled):
-        dpviz.run(cfg, cache_dir=cache_dir, progress=lambda step, total, last: step == 7 and stop.set(), cancel=stop)
+        dpviz.run(cfg, cache_dir=cache_dir, progress=lambda step, total, last: step == at and stop.set(), cancel=stop)
     (run,) = Store(cache_dir).list_runs()
-    assert run["status"] == "cancelled" and run["step"] == 6
+    assert run["status"] == "cancelled" and Store(cache_dir).load_resume(run["run_id"])["step"] == at - 1
     return run["run_id"]
 
 
-@pytest.mark.parametrize("strategy", ["lp-fft", "lora"])  # a phase switch; adapters made by the phase itself
-def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy, cache_dir, tmp_path):
-    cfg = RunConfig(strategy=strategy, **CFG)
+@pytest.mark.parametrize("strategy,extra,at", [
+    ("lp-fft", {}, 7),  # stopped after its phase switch
+    ("lora", {}, 7),  # adapters the phase itself makes
+    ("sparse", {"epochs": 3}, 9),  # stopped in the selection epoch (steps 7–12): its sums go on
+    ("continual", {"switch_step": 4}, 7),  # stopped after the public phase: the switch is remembered
+], ids=["lp-fft", "lora", "sparse", "continual"])
+def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy, extra, at, cache_dir, tmp_path):
+    cfg = RunConfig(strategy=strategy, **{**CFG, **extra})
     full = dpviz.run(cfg, cache_dir=tmp_path / "full")
-    rid = _stopped_at_step_6(cfg, cache_dir)
+    rid = _stopped(cfg, cache_dir, at)
     out = dpviz.run(cfg, cache_dir=cache_dir, resume=True)
     store, ref = Store(cache_dir), Store(tmp_path / "full")
     assert out["run_id"] == rid and store.get_run(rid)["status"] == "finished" and len(store.list_runs()) == 1
@@ -47,7 +53,7 @@ def test_a_run_stopped_in_one_process_resumes_on_two(cache_dir, tmp_path):
     """The world size may change on resume: sampling and noise are global (`dpviz.distributed`)."""
     cfg = RunConfig(strategy="fft", **CFG)
     full = dpviz.run(cfg, cache_dir=tmp_path / "full")
-    rid = _stopped_at_step_6(cfg, cache_dir)
+    rid = _stopped(cfg, cache_dir)
     flags = ["--strategy", "fft", "--epochs", "2", "--epsilon", "1", "--lr-lp", "0.5", "--lr-ft", "0.05",
              "--checkpoint-every", "2", "--eval-every", "3"]
     env = {**os.environ, "DPVIZ_BACKGROUND_ANALYSES": "off", "DPVIZ_CACHE_DIR": str(cache_dir)}

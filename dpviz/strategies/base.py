@@ -187,6 +187,14 @@ class Strategy:
         """The weights a checkpoint stores: they must load into the unmodified classifier."""
         return model.state_dict()
 
+    def resume_state(self, loop: "Loop") -> dict | None:
+        """What this strategy keeps outside the weights, for a stopped run to go on (`dpviz.resume`): {} when
+        nothing, None when it cannot go on from here (the run then starts again)."""
+        return {}
+
+    def load_resume_state(self, state: dict) -> None:
+        """Take back what `resume_state` gave."""
+
     def summary(self, loop: "Loop") -> dict:
         """What this strategy adds to the run's JSON summary."""
         return {}

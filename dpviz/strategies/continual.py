@@ -120,6 +120,14 @@ class PublicThenPrivate(Strategy):
         loop.update_run(total_steps=loop.step + sum(p.steps for p in loop.prep.phases))
         loop.evaluate()
 
+    def resume_state(self, loop):
+        """After the switch: where it happened and why (the private phase's optimizer is in the snapshot).
+        Before it, the decelerator monitor's history would have to go on too: not yet (None: start again)."""
+        return {"switch": self.switch} if self.switch is not None else None
+
+    def load_resume_state(self, state):
+        self.switch = state["switch"]
+
     def summary(self, loop):
         if self.switch is None:
             return {}

@@ -76,7 +76,10 @@ class SparseFineTune(Strategy):
 
         if plan.name == "select":  # ordinary DP-SGD releases of every weight, never applied
             loop.set_trainable("all")
-            self.v = {n: 0 for n in sparse.row_layers(loop.model.backbone)}
+            if self.v is None:  # a resumed run keeps the sums it had (`resume_state`)
+                self.v = {n: 0 for n in sparse.row_layers(loop.model.backbone)}
+            else:
+                self.v = {n: t.to(loop.dev) if hasattr(t, "to") else t for n, t in self.v.items()}
             return loop.setup(module=loop.model, update=False)
         if plan.name == "sparse":
             self._enter_mask(loop)
@@ -119,6 +122,15 @@ class SparseFineTune(Strategy):
         from .. import sparse
 
         return sparse.folded_state_dict(model)
+
+    def resume_state(self, loop):
+        """The selection epoch's sums so far and the row scores: the mask is chosen again from them."""
+        v = {n: t.detach().cpu() if hasattr(t, "detach") else t for n, t in (self.v or {}).items()}
+        scores = {n: t.detach().cpu() for n, t in (self.scores or {}).items()}
+        return {"v": v if self.v is not None else None, "scores": scores if self.scores is not None else None}
+
+    def load_resume_state(self, state):
+        self.v, self.scores = state["v"], state["scores"]
 
     def summary(self, loop):
         return self.facts
