@@ -91,7 +91,10 @@ def test_launch_from_form_creates_a_run(app_env):
     at.number_input(key="f_epochs").set_value(1).run()
     at.select_slider(key="f_epsilon").set_value(2.0).run()
     assert "σ =" in at.info[0].value and "ε = 2" in at.info[0].value
-    at.number_input(key="f_processes").set_value(2).run()
+    many = (os.cpu_count() or 1) > 1  # the field shows where there is more than one core
+    assert many == any(w.key == "f_processes" for w in at.number_input)
+    if many:
+        at.number_input(key="f_processes").set_value(2).run()
     at.button(key="launch").click().run()
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -102,8 +105,8 @@ def test_launch_from_form_creates_a_run(app_env):
     assert runs and runs[0]["status"] == "finished"
     assert runs[0]["config"]["epsilon"] == 2.0 and runs[0]["config"]["epochs"] == 1
     assert runs[0]["summary"]["epsilon_spent"] <= 2.0 and len(runs) == 1
-    assert runs[0]["summary"]["world_size"] == 2
-    assert results.final_table(Store(app_env), [runs[0]["run_id"]])["processes"].tolist() == [2]
+    assert runs[0]["summary"].get("world_size", 1) == (2 if many else 1)
+    assert results.final_table(Store(app_env), [runs[0]["run_id"]])["processes"].tolist() == [2 if many else 1]
 
 
 @pytest.mark.parametrize("key,value,field", [("f_delta", 0.5, "delta"), ("f_strategy", "partial", "tune_blocks"),
