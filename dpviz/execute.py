@@ -62,19 +62,26 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         return {**hit["summary"], **(extra or {}), "cached": True}
     prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
     run_id, state = _open(store, cfg, prep, kind, resume)
+    return _train_stored(prep, store, run_id, state, extra, progress=progress, cancel=cancel, on_start=on_start,
+                         on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search")
+
+
+def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_start=None, failed_note: str = "",
+                  **train) -> dict:
+    """Train ``run_id`` (from ``state`` when resumed) and store how it ended: finished with its summary (plus
+    ``extra``: e.g. where "auto" rates came from), cancelled, or failed with the error (and ``failed_note``)."""
     if on_start:
         on_start(run_id)
     try:
-        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search", state=state)
+        summary = trainer.train(prep, store=store, run_id=run_id, state=state, **train)
     except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise
     except BaseException as e:
-        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}{failed_note}")
         store.event(run_id, "traceback", traceback.format_exc())
         raise
-    summary = {**summary, **(extra or {})}  # stored: `show --json` says where "auto" rates came from
+    summary = {**summary, **(extra or {})}
     store.finish_run(run_id, "finished", summary=summary)
     store.drop_resume(run_id)
     return {**summary, "cached": False}
@@ -114,21 +121,10 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
     if world.rank:  # the snapshot from the store's file (rank 0 alone writes it; every rank reads it)
         state = store.load_resume(run_id) if resumed else None
         return trainer.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search", state=state)
-    if on_start:
-        on_start(run_id)
-    try:
-        summary = trainer.train(prep, store=store, run_id=run_id, progress=progress, cancel=cancel,
-                                auto_checkpoints=kind != "search", state=state)
-    except BaseException as e:
-        status = "cancelled" if isinstance(e, (Cancelled, KeyboardInterrupt)) else "failed"
-        store.finish_run(run_id, status, error=f"{type(e).__name__}: {e} (rank 0 of {world.size}; a collective "
-                         "fails when another rank died)" if status == "failed" else "cancelled by the user")
-        store.event(run_id, "traceback", traceback.format_exc())
-        raise
-    summary = {**summary, **(extra or {}), "world_size": world.size, "backend": world.backend}
-    store.finish_run(run_id, "finished", summary=summary)
-    store.drop_resume(run_id)
-    return {**summary, "cached": False}
+    return _train_stored(prep, store, run_id, state, {**(extra or {}), "world_size": world.size,
+                                                      "backend": world.backend},
+                         on_start=on_start, progress=progress, cancel=cancel, auto_checkpoints=kind != "search",
+                         failed_note=f" (rank 0 of {world.size}; a collective fails when another rank died)")
 
 
 def train_unstored(cfg: RunConfig, *, cache_dir, canaries: Callable[[Any], Any] | None = None,

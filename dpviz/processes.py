@@ -67,12 +67,13 @@ def run(job, store, *, force: bool, search_progress, started) -> dict:
 
 
 def _follow(job, store, config_hash: str, since: float, started) -> None:
-    """The job's run id and step, from the newest run of its config that rank 0 created since ``since``."""
-    runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
-            and (r.get("created") or 0) >= since - 1]
-    if not runs:
-        return
-    r = max(runs, key=lambda r: r.get("created") or 0)
+    """The job's run id and step, from the newest run of its config that rank 0 created since ``since``
+    (looked for until found, then read by its id)."""
     if job.run_id is None:
-        started(r["run_id"])
+        runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
+                and (r.get("created") or 0) >= since - 1]
+        if not runs:
+            return
+        started(max(runs, key=lambda r: r.get("created") or 0)["run_id"])
+    r = store.get_run(job.run_id)
     job.step, job.total_steps = r["step"] or 0, r["total_steps"]

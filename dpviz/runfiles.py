@@ -36,9 +36,12 @@ class RunFiles:
         write_atomic(path, lambda f: artifacts.write_npz(f, "features", arrays))
         return path
 
+    def _steps(self, run_id: str, kind: str, suffix: str) -> list[int]:
+        folder = self.run_dir(run_id) / kind
+        return sorted(int(p.stem.split("_")[1]) for p in folder.glob(f"step_*{suffix}")) if folder.exists() else []
+
     def feature_steps(self, run_id: str) -> list[int]:
-        folder = self.run_dir(run_id) / "features"
-        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.exists() else []
+        return self._steps(run_id, "features", ".npz")
 
     def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
         """Exactly the arrays `save_features` was given (old unstamped files read as they are)."""
@@ -67,8 +70,7 @@ class RunFiles:
         return path
 
     def weight_steps(self, run_id: str) -> list[int]:
-        folder = self.run_dir(run_id) / "weights"
-        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.pt")) if folder.exists() else []
+        return self._steps(run_id, "weights", ".pt")
 
     def load_weights(self, run_id: str, step: int) -> dict:
         """The full state dict at ``step`` (a file of changes is put back on its base; old bare dicts as they are)."""

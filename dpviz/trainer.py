@@ -161,7 +161,7 @@ class Loop:
         self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
         if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
             self._weights_base = (self.step, resume.cpu_once(state))
-        if self.at is not None and (snap := resume.snapshot(self)) is not None:
+        if self.at is not None and not self._at_end() and (snap := resume.snapshot(self)) is not None:
             self.store.save_resume(self.run_id, snap)
         if self.on_checkpoint:
             self.on_checkpoint(self.run_id, self.step)
@@ -200,6 +200,11 @@ class Loop:
                 self.overflows += stepper.overflows
                 stepper.close()
         self.strategy.leave_phase(self, plan, s)
+
+    def _at_end(self) -> bool:
+        """Whether the last phase has taken its last step (a snapshot there would be dropped at once)."""
+        phase, k, _ = self.at
+        return phase == len(self.prep.plans) - 1 and k >= self.prep.plans[phase].steps
 
     def _agreed(self, go: bool) -> bool:
         """A strategy's decision to go on (continual's switch), rank 0's on every rank of a distributed run."""
