@@ -198,6 +198,14 @@ class DeceleratorMonitor:
         self.history.append(dec)
         return dec
 
+    def state(self) -> dict:
+        """What a stopped run's monitor goes on from (`dpviz.resume`): its history and its probes' generator."""
+        return {"history": list(self.history), "gen": self.gen.get_state()}
+
+    def load_state(self, state: dict) -> None:
+        self.history = list(state["history"])
+        self.gen.set_state(state["gen"])
+
     def should_switch(self) -> bool:
         """True once the latest decelerator is ≤ threshold × its peak so far.
 

@@ -10,8 +10,7 @@ differ: sampling and noise are global (`dpviz.distributed`).
 
 A strategy keeps what lives outside the weights through `Strategy.resume_state`: SPARTA its selection
 epoch's sums and row scores (the mask is chosen again from them, as it was), continual where and why it
-switched. Continual before its switch (the decelerator monitor's history) has no snapshot yet: such a run
-starts again from step 0.
+switched or, in its public phase, the automatic switch's decelerator history and probe generator.
 """
 
 from __future__ import annotations

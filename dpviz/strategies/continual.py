@@ -52,6 +52,7 @@ class PublicThenPrivate(Strategy):
         self.monitor = None
         self.reason = None
         self.switch: dict | None = None
+        self.resumed_monitor: dict | None = None  # a stopped public phase's monitor, until the phase remakes it
 
     @classmethod
     def validate_fields(cls, cfg) -> None:
@@ -87,6 +88,8 @@ class PublicThenPrivate(Strategy):
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,
                                               batch_size=c.batch_size, clip_norm=c.clip_norm, clipping=c.clipping,
                                               threshold=c.switch_threshold, seed=c.seed)
+            if self.resumed_monitor is not None:
+                self.monitor.load_state(self.resumed_monitor)
         return loop.setup(module=loop.model, inputs=px, labels=py, private=False,
                           sample_rate=min(1.0, self.cfg.batch_size / len(py)))
 
@@ -122,11 +125,13 @@ class PublicThenPrivate(Strategy):
 
     def resume_state(self, loop):
         """After the switch: where it happened and why (the private phase's optimizer is in the snapshot).
-        Before it, the decelerator monitor's history would have to go on too: not yet (None: start again)."""
-        return {"switch": self.switch} if self.switch is not None else None
+        Before it: the automatic switch's monitor (its history and probe generator), so the resumed public
+        phase measures the same decelerators and switches at the same step."""
+        return {"switch": self.switch, "monitor": self.monitor.state() if self.switch is None and self.monitor
+                else None}
 
     def load_resume_state(self, state):
-        self.switch = state["switch"]
+        self.switch, self.resumed_monitor = state["switch"], state.get("monitor")
 
     def summary(self, loop):
         if self.switch is None:
