@@ -5,14 +5,19 @@ nothing else in dpviz opens a run's files. Formats at schema 1::
 
     features   features/step_XXXXXX.npz   the caller's arrays plus ``__kind__`` and ``__schema__`` entries
     weights    weights/step_XXXXXX.pt     {"__kind__", "__schema__", "state_dict"} and, from schema 2, "base": the
-                                          step of the full checkpoint whose unchanged tensors it leaves out
-    model      model.pt                   {"__kind__", "__schema__", "state_dict", "config"}
+                                          step of the full checkpoint whose unchanged tensors it leaves out;
+                                          from schema 3, "tensors": {name: sha} of the large ones
+    model      model.pt                   {"__kind__", "__schema__", "state_dict", "config"}; from schema 2,
+                                          "tensors" as in weights
+    tensor     tensors/xx/<sha>.pt        {"__kind__", "__schema__", "tensor"}: one large tensor, kept once per
+                                          store (`dpviz.tensorfiles`)
     resume     resume.pt                  where a stopped run goes on from (`dpviz.resume`)
     mask       mask.json                  the mask document plus "__kind__" and "__schema__" keys
     analysis   analyses table             ``kind`` and ``schema`` columns beside each result row
 
 The model and mask keep their old top-level keys, so ``torch.load(model.pt)["state_dict"]``
-and ``json.load(mask.json)["mask"]`` still work outside dpviz.
+and ``json.load(mask.json)["mask"]`` still work outside dpviz; the model's large tensors are then the
+files its ``"tensors"`` entry names (`Store.load_model` puts them back).
 
 Files written before schema 1 carry no stamp; they are read in their old form
 (called schema 0) and never rewritten: bare arrays, a bare state dict,
@@ -33,7 +38,7 @@ import numpy as np
 from .errors import StoreError, load_failure
 
 KIND, SCHEMA = "__kind__", "__schema__"
-VERSIONS = {"features": 1, "weights": 2, "model": 1, "mask": 1, "analysis": 1, "resume": 1}
+VERSIONS = {"features": 1, "weights": 3, "model": 2, "mask": 1, "analysis": 1, "resume": 1, "tensor": 1}
 """The schema version this dpviz writes, and the newest it reads, per artifact kind."""
 
 

@@ -13,10 +13,12 @@ import numpy as np
 from . import artifacts
 from .errors import StoreError
 from .safefile import real_folder, write_atomic
+from .tensorfiles import SharedTensors
 
 
-class RunFiles:
-    """Mixed into `dpviz.store.Store`, which sets ``root`` (the store folder)."""
+class RunFiles(SharedTensors):
+    """Mixed into `dpviz.store.Store`, which sets ``root`` (the store folder); large tensors of weights and
+    models are kept once per store (`dpviz.tensorfiles`)."""
 
     root: Path
 
@@ -61,11 +63,12 @@ class RunFiles:
         """
         path = self._new_file(run_id, "weights", f"step_{step:06d}.pt")
         state = {k: v.detach().cpu() for k, v in state.items()}
-        payload = {"state_dict": state}
+        payload = {}
         if base is not None:
             ref = base[1]
-            payload = {"base": int(base[0]),
-                       "state_dict": {k: v for k, v in state.items() if k not in ref or not _same(v, ref[k])}}
+            payload = {"base": int(base[0])}
+            state = {k: v for k, v in state.items() if k not in ref or not _same(v, ref[k])}
+        payload.update(self.share(run_id, state))
         write_atomic(path, lambda f: artifacts.write_pt(f, "weights", payload))
         return path
 
@@ -79,11 +82,12 @@ class RunFiles:
             raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
                              f"curvature analyses existed keep features only)")
         doc = artifacts.read_pt(path, "weights")
+        state = self.unshare(doc, path)
         if "base" not in doc:
-            return doc["state_dict"]
+            return state
         if doc["base"] == step:
             raise StoreError(f"artifact {path}: weights based on themselves; the file is damaged")
-        return {**self.load_weights(run_id, doc["base"]), **doc["state_dict"]}
+        return {**self.load_weights(run_id, doc["base"]), **state}
 
     def save_resume(self, run_id: str, state: dict) -> Path:
         """Where a stopped run goes on from (`dpviz.resume`): one file per run, replaced at each checkpoint."""
@@ -100,10 +104,11 @@ class RunFiles:
         self._file(run_id, "resume.pt").unlink(missing_ok=True)
 
     def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
-        """The final model: its state dict and the run's configuration (``RunConfig.to_dict()``)."""
+        """The final model: its state dict (large tensors by reference, `dpviz.tensorfiles`) and the run's
+        configuration (``RunConfig.to_dict()``)."""
         path = self._new_file(run_id, "model.pt")
-        state = {k: v.detach().cpu() for k, v in state_dict.items()}
-        write_atomic(path, lambda f: artifacts.write_pt(f, "model", {"state_dict": state, "config": config}))
+        payload = self.share(run_id, {k: v.detach().cpu() for k, v in state_dict.items()})
+        write_atomic(path, lambda f: artifacts.write_pt(f, "model", {**payload, "config": config}))
         return path
 
     def load_model(self, run_id: str) -> dict:
@@ -111,7 +116,8 @@ class RunFiles:
         path = self._file(run_id, "model.pt")
         if not path.exists():
             raise StoreError(f"run_id: run {run_id} has no final model (it has not finished, or is not stored)")
-        return artifacts.read_pt(path, "model")
+        doc = artifacts.read_pt(path, "model")
+        return {"state_dict": self.unshare(doc, path), "config": doc["config"]}
 
     def save_mask(self, run_id: str, doc: dict) -> Path:
         """A sparse run's mask document ({step, selection, sparsity, mask, rows_per_layer})."""

@@ -5,6 +5,7 @@ Layout under the cache folder (``cache/`` by default, moved with
 
     runs.sqlite            runs, metrics (long format), events, cached analysis results
     runs/<run_id>/         features/step_XXXXXX.npz, weights/step_XXXXXX.pt, model.pt, mask.json
+    tensors/xx/<sha>.pt    large tensors of weights and models, kept once per store (`dpviz.tensorfiles`)
     backbones/             pretrained public backbones
 
 Every artifact is written (atomically) and read through a `Store` method, stamped
@@ -200,6 +201,7 @@ class Store(RunFiles):
             c.execute("BEGIN IMMEDIATE")
             for t in ("metrics", "events", "analyses", "runs"):
                 c.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+            self.drop_tensors(c, run_id)  # the shared tensor files no other run uses
             c.execute("COMMIT")
         shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
 

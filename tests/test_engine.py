@@ -75,7 +75,7 @@ def test_lp_fft_splits_steps_by_fraction(fast_cfg, cache_dir):
 
 def weights_after(cfg, cache_dir):
     s = dpviz.run(cfg, cache_dir=cache_dir)
-    state = torch.load(Store(cache_dir).run_dir(s["run_id"]) / "model.pt", weights_only=True)["state_dict"]
+    state = Store(cache_dir).load_model(s["run_id"])["state_dict"]
     prep = engine.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False)  # the untouched pretrained model
     return state, prep.model.state_dict()
 

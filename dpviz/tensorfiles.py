@@ -1,0 +1,92 @@
+"""Large tensors kept once per store, whichever runs and checkpoints hold them.
+
+A real backbone's weights are the same in every run that starts from it, and a tensor a run does not
+train is the same at every checkpoint and in its final model. Stored per file, a MiniLM run kept
+them three times over (its first checkpoint and ``model.pt``, 90 MB each), so a scorecard of 165
+runs needed 30 GB. Weights files (schema 3) and ``model.pt`` (schema 2) now keep each tensor of at
+least `SHARED_BYTES` as a reference, its SHA-256, to ``tensors/<2 hex>/<sha>.pt`` (one tensor, written
+once, never changed), and small tensors inline as before.
+
+The table ``tensor_refs`` (sha, run_id) says which runs use a file. Deleting a run drops its rows and,
+inside the same write transaction, the files no run uses any more. A run that saves inserts its rows
+first and only then writes the files it finds missing, so a deletion running at the same time either
+sees the new row and keeps the file, or has removed it before the check and the file is written again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from . import artifacts
+from .errors import StoreError
+from .safefile import real_folder, write_atomic
+
+SHARED_BYTES = 1 << 16
+"""Tensors of at least this many bytes are kept once per store (64 KiB: every weight matrix of MiniLM and
+EfficientNet-Lite0; biases, norms and small heads stay in their file)."""
+
+
+def digest(t) -> str:
+    """SHA-256 of a CPU tensor's dtype, shape and bytes: equal tensors, equal names."""
+    import torch
+
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    h.update(t.contiguous().view(-1).view(torch.uint8).numpy())  # the raw bytes, bf16 included
+    return h.hexdigest()
+
+
+class SharedTensors:
+    """Mixed into `dpviz.store.Store` (which gives ``root``, ``_conn``)."""
+
+    root: Path
+
+    def _tensor_path(self, sha: str) -> Path:
+        return self.root / "tensors" / sha[:2] / f"{sha}.pt"
+
+    def share(self, run_id: str, state: dict) -> dict:
+        """``state`` (CPU tensors) as a payload: {"state_dict": the small tensors, "tensors": {name: sha}};
+        the large tensors' files exist once this returns and are counted as used by ``run_id``."""
+        small, refs = {}, {}
+        for name, t in state.items():
+            if t.numel() * t.element_size() >= SHARED_BYTES:
+                refs[name] = digest(t)
+            else:
+                small[name] = t
+        if refs:
+            with self._conn() as c:
+                c.execute("BEGIN IMMEDIATE")
+                c.executemany("INSERT OR IGNORE INTO tensor_refs(sha, run_id) VALUES (?, ?)",
+                              [(sha, run_id) for sha in set(refs.values())])
+                c.execute("COMMIT")
+        for name, sha in refs.items():
+            path = self._tensor_path(sha)
+            if not path.exists():
+                t = state[name].clone()  # its own storage: a view would save the whole buffer it lives in
+                write_atomic(real_folder(self.root, "tensors", sha[:2]) / path.name,
+                             lambda f, t=t: artifacts.write_pt(f, "tensor", {"tensor": t}))
+        return {"state_dict": small, **({"tensors": refs} if refs else {})}
+
+    def unshare(self, doc: dict, where: Path) -> dict:
+        """The full state dict of a payload `share` made (``where``: its file, named if a tensor is missing)."""
+        state = dict(doc["state_dict"])
+        for name, sha in doc.get("tensors", {}).items():
+            path = self._tensor_path(sha)
+            if not path.exists():
+                raise StoreError(f"artifact {where}: its tensor {name} ({path}) is missing; the store is damaged: "
+                                 f"restore the folder {path.parent.parent} from a backup, or delete the run")
+            state[name] = artifacts.read_pt(path, "tensor")["tensor"]
+        return state
+
+    def drop_tensors(self, c, run_id: str) -> None:
+        """Inside ``c``'s open write transaction: forget ``run_id``'s uses and delete the files no run uses."""
+        shas = [r[0] for r in c.execute("SELECT sha FROM tensor_refs WHERE run_id=?", (run_id,))]
+        c.execute("DELETE FROM tensor_refs WHERE run_id=?", (run_id,))
+        for sha in shas:
+            if c.execute("SELECT 1 FROM tensor_refs WHERE sha=? LIMIT 1", (sha,)).fetchone() is None:
+                self._tensor_path(sha).unlink(missing_ok=True)
+
+    def tensor_bytes(self) -> int:
+        """Bytes the store's shared tensors take on disk."""
+        folder = self.root / "tensors"
+        return sum(p.stat().st_size for p in folder.glob("*/*.pt")) if folder.exists() else 0
