@@ -87,6 +87,10 @@ class RunConfig:
             bf16 or fp16 (autocast; fp16 with a fixed loss scale). Per-sample norms, clipping, the clipped
             sum, the noise and the weights stay FP32, so the accountant does not change
             (`dpviz.privacy.precision`). Needs book-keeping (grad_sample_mode bk or auto).
+        keep_weights: what the store keeps of the model: checkpoints (the default: the weights at every
+            feature checkpoint, which curvature analyses reload, and the final model), final (the final
+            model only) or none (metrics and features only: a scorecard's accuracy-only runs on a real
+            backbone, 43 MB of trained weights each). Features are kept in every case.
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
     """
 
@@ -121,6 +125,7 @@ class RunConfig:
     max_length: int = 64
     train_size: int = 0
     precision: str = "fp32"
+    keep_weights: str = "checkpoints"
     device: str = "auto"
 
     def __post_init__(self):
@@ -153,7 +158,7 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
-            for k, default in (("train_size", 0), ("precision", "fp32")):
+            for k, default in (("train_size", 0), ("precision", "fp32"), ("keep_weights", "checkpoints")):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
             if catalog.dataset(self.dataset).modality != "text":

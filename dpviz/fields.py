@@ -25,6 +25,7 @@ LR_DEFAULTS = {"lr_lp": 0.5, "lr_ft": 0.01}
 GRAD_SAMPLE_MODES = ("auto", "bk", "hooks")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # `dpviz.privacy.precision`
+KEEP_WEIGHTS = ("checkpoints", "final", "none")  # what the store keeps of a run's model
 MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's domain overflows near 709
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
@@ -124,7 +125,7 @@ def validate(cfg) -> None:
                           ("strategy", strategies.names()),
                           ("accountant", ACCOUNTANTS), ("optimizer", OPTIMIZERS),
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS),
-                          ("precision", PRECISIONS)):
+                          ("precision", PRECISIONS), ("keep_weights", KEEP_WEIGHTS)):
         _choice(cfg, name, allowed)
     if cfg.precision != "fp32" and cfg.grad_sample_mode == "hooks":
         raise ConfigError("precision", "fp32 with grad_sample_mode hooks (mixed precision runs on book-keeping: "

@@ -79,8 +79,8 @@ class RunFiles(SharedTensors):
         """The full state dict at ``step`` (a file of changes is put back on its base; old bare dicts as they are)."""
         path = self._file(run_id, "weights", f"step_{step:06d}.pt")
         if not path.exists():
-            raise StoreError(f"step: run {run_id} has no saved weights at step {step} (runs stored before "
-                             f"curvature analyses existed keep features only)")
+            raise StoreError(f"step: run {run_id} has no saved weights at step {step} (it keeps features only: "
+                             f"keep_weights final or none, or stored before curvature analyses existed)")
         doc = artifacts.read_pt(path, "weights")
         state = self.unshare(doc, path)
         if "base" not in doc:

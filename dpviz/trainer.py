@@ -157,10 +157,11 @@ class Loop:
         if self.prep.bundle.classes:
             feats["class_names"] = np.array(self.prep.bundle.classes, dtype=str)
         self.store.save_features(self.run_id, self.step, feats)
-        state = self.strategy.state_dict(self.model)
-        self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
-        if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
-            self._weights_base = (self.step, resume.cpu_once(state))
+        if self.cfg.keep_weights == "checkpoints":
+            state = self.strategy.state_dict(self.model)
+            self.store.save_weights(self.run_id, self.step, state, base=self._weights_base)
+            if self._weights_base is None:  # later checkpoints store what changed since (a frozen backbone once)
+                self._weights_base = (self.step, resume.cpu_once(state))
         if self.at is not None and not self._at_end() and (snap := resume.snapshot(self)) is not None:
             self.store.save_resume(self.run_id, snap)
         if self.on_checkpoint:
@@ -290,7 +291,7 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         loop.run_phase(plan, phase, i, here["k"] if here else 0, here)
     if not _due(loop.when, loop.step):
         loop.checkpoint()
-    if store is not None:
+    if store is not None and prep.cfg.keep_weights != "none":
         state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}
         store.save_model(run_id, state, prep.cfg.to_dict())
     extra = loop.strategy.summary(loop)

@@ -66,3 +66,23 @@ def test_a_missing_tensor_file_is_a_one_line_error_naming_it(tmp_path):
     assert "\n" not in str(e.value) and str(victim) in str(e.value) and "tensor w" in str(e.value)
     s.save_model(rid, _states(0)[1], {})  # saving the same tensor again writes the missing file back
     assert torch.equal(s.load_model(rid)["state_dict"]["w"], _states(0)[1]["w"])
+
+
+@pytest.mark.parametrize("keep", ["final", "none"])
+def test_keep_weights_keeps_what_it_says_and_the_default_keeps_its_hash(keep, fast_cfg, cache_dir):
+    import json
+
+    import dpviz
+    from dpviz.analyses.service import analyze
+
+    cfg = fast_cfg(strategy="fft", keep_weights=keep)
+    assert "keep_weights" not in json.loads(fast_cfg(strategy="fft").to_json(hashed_only=True))
+    assert cfg.hash() != fast_cfg(strategy="fft").hash()  # a run that keeps less is another stored run
+    rid = dpviz.run(cfg, cache_dir=cache_dir)["run_id"]
+    s = Store(cache_dir)
+    assert len(s.feature_steps(rid)) > 2 and s.weight_steps(rid) == []  # features still at every checkpoint
+    assert (s.run_dir(rid) / "model.pt").exists() == (keep == "final")
+    with pytest.raises(StoreError, match="keep_weights") as e:
+        analyze(s, rid, "hessian")
+    assert "\n" not in str(e.value)
+    assert analyze(s, rid, "knn")["accuracy"] > 0  # feature analyses do not need weights

@@ -99,9 +99,22 @@ def scorecard_config(task: str, **fields) -> RunConfig:
     return _tasks.config(task, **{**SCALE.get(task, {}), **fields})
 
 
-def _runs(on: dict | None = None, **kw) -> Callable[[str, tuple[int, ...]], list[RunConfig]]:
-    """The runs of one group, one per seed; ``on``: task → fields that differ on that task only."""
-    return lambda task, seeds: [scorecard_config(task, **kw, **(on or {}).get(task, {}), seed=s) for s in seeds]
+KEEP = {"accuracy": dict(checkpoint_every=-1, keep_weights="none"), "features": dict(keep_weights="none"),
+        "weights": {}}
+"""What a real task's scorecard run stores, by what its claim reads: a real backbone's trained weights are
+43 MB a checkpoint (MiniLM), so a run whose claim reads its accuracy keeps metrics and the start and end
+features, one that reads features (kNN, separability) keeps every feature checkpoint, and only the
+curvature claim keeps weights. The default task's runs keep everything, as they always did (their hashes
+do not change)."""
+
+
+def _runs(on: dict | None = None, reads: str = "accuracy", **kw) -> Callable[[str, tuple[int, ...]], list[RunConfig]]:
+    """The runs of one group, one per seed; ``on``: task → fields that differ on that task only; ``reads``:
+    what the claim reads of them (`KEEP`)."""
+    def runs(task, seeds):
+        keep = KEEP[reads] if task != "default" else {}
+        return [scorecard_config(task, **{**keep, **kw, **(on or {}).get(task, {})}, seed=s) for s in seeds]
+    return runs
 
 
 def _acc(groups: dict) -> dict:
@@ -186,16 +199,19 @@ def _budget(task: str, seeds) -> dict[str, list[RunConfig]]:
             for e in epsilons for p in fractions}
 
 
-_LAW = dict(strategy="fft", on={"default": dict(backbone="vit")})  # the toy task's ViT; a real task's own model
+# DP-FFT at ε = 1 keeps its features: the same runs are 002-constant's tuned group, trained once
+_FFT1 = _runs(strategy="fft", epsilon=1.0, reads="features")
+_LAW = dict(strategy="fft", on={"default": dict(backbone="vit")}, reads="features")  # the toy task's ViT; a real task's own model
 CLAIMS: tuple[Claim, ...] = (
     Claim(id="000-lpfft", seed="000", sentence="At small ε, DP-LP-FFT is at least as accurate as DP-FFT.",
           preset="{model}, ε = 1, LP-FFT (p = 0.3) vs FFT", measure=_pair, judge=judge_pair,
           configs=lambda t, s: {"DP-LP-FFT": _runs(strategy="lp-fft", epsilon=1.0)(t, s),
-                                "DP-FFT": _runs(strategy="fft", epsilon=1.0)(t, s)}),
+                                "DP-FFT": _FFT1(t, s)}),
     Claim(id="000-dip", private=True, seed="000", sentence="DP-FFT's feature quality (kNN) dips early; DP-LP-FFT's "
           "does not.", preset="{model}, ε = 8, kNN of the backbone features every 6 steps", measure=_knn_dip,
           judge=judge_dip,
-          configs=lambda t, s: {g: _runs(strategy=g, epsilon=8.0, checkpoint_every=6)(t, s) for g in ("fft", "lp-fft")}),
+          configs=lambda t, s: {g: _runs(strategy=g, epsilon=8.0, checkpoint_every=6, reads="features")(t, s)
+                               for g in ("fft", "lp-fft")}),
     Claim(id="001-interior", seed="001", sentence="The budget-split utility curve has an interior optimum.",
           preset="{model}, LP-FFT at {sweep}", measure=_curves,
           judge=judge_interior, configs=_budget),
@@ -211,7 +227,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(id="003-sparse", seed="003", sentence="At ε = 1, sparse fine-tuning (SPARTA) is at least as accurate "
           "as DP-FFT.", preset="{model}, ε = 1, SPARTA s = 0.2 vs FFT", measure=_pair, judge=judge_pair,
           configs=lambda t, s: {"SPARTA": _runs(strategy="sparse", epsilon=1.0)(t, s),
-                                "DP-FFT": _runs(strategy="fft", epsilon=1.0)(t, s)}),
+                                "DP-FFT": _FFT1(t, s)}),
     Claim(id="003-selection", seed="003", sentence="SPARTA's private row selection beats random rows at the same "
           "sparsity.", preset="{model}, ε = 1, s = 0.2", measure=_pair, judge=judge_pair,
           configs=lambda t, s: {"SPARTA rows": _runs(strategy="sparse", epsilon=1.0)(t, s),
@@ -219,11 +235,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(id="004-decelerator", private=True, seed="004", sentence="Early in training at small ε, the decelerator is "
           "the largest term of the improvement's denominator.", preset="{model}, DP-FFT, ε = 1, curvature every 12 "
           "steps", measure=_decelerator, judge=judge_decelerator,
-          configs=lambda t, s: {"fft": _runs(strategy="fft", epsilon=1.0, checkpoint_every=12)(t, s)}),
+          configs=lambda t, s: {"fft": _runs(strategy="fft", epsilon=1.0, checkpoint_every=12, reads="weights")(t, s)}),
     Claim(id="004-public", seed="004", sentence="A public phase first (continual) helps at small ε.", needs_public=True,
           preset="{model}, continual (automatic switch) vs DP-FFT at ε ∈ {{1, 2}}", measure=_public,
           judge=judge_public_first,
-          configs=lambda t, s: {f"{k} ε={e:g}": _runs(strategy=k, epsilon=e)(t, s) for k in ("continual", "fft")
-                                for e in (1.0, 2.0)}),
+          # DP-FFT keeps its features, as `_FFT1` does, so that its ε = 1 runs are those
+          configs=lambda t, s: {f"{k} ε={e:g}": _runs(strategy=k, epsilon=e, reads="features" if k == "fft" else
+                                                      "accuracy")(t, s) for k in ("continual", "fft") for e in (1.0, 2.0)}),
 )
 REGISTRY = {c.id: c for c in CLAIMS}
