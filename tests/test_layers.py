@@ -27,7 +27,7 @@ PKG = ROOT / "dpviz"
 
 LAYERS = [
     ("leaves", ["errors", "optim", "idle", "safefile", "catalog", "artifacts", "storecheck", "runfiles", "owners",
-                "storeschema",
+                "tensorfiles", "storeschema",
                 "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
                 "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
                 "audit.bounds", "audit.readings"]),

@@ -199,9 +199,17 @@ def _budget(task: str, seeds) -> dict[str, list[RunConfig]]:
             for e in epsilons for p in fractions}
 
 
+def _public_first(task, seeds) -> dict:
+    """Continual vs DP-FFT at ε ∈ {1, 2}; DP-FFT keeps its features, as `_FFT1` does, so that its ε = 1
+    runs are those."""
+    return {f"{k} ε={e:g}": _runs(strategy=k, epsilon=e, reads="features" if k == "fft" else "accuracy")(task, seeds)
+            for k in ("continual", "fft") for e in (1.0, 2.0)}
+
+
 # DP-FFT at ε = 1 keeps its features: the same runs are 002-constant's tuned group, trained once
 _FFT1 = _runs(strategy="fft", epsilon=1.0, reads="features")
-_LAW = dict(strategy="fft", on={"default": dict(backbone="vit")}, reads="features")  # the toy task's ViT; a real task's own model
+# the law: the toy task's ViT; a real task's own model
+_LAW = dict(strategy="fft", on={"default": dict(backbone="vit")}, reads="features")
 CLAIMS: tuple[Claim, ...] = (
     Claim(id="000-lpfft", seed="000", sentence="At small ε, DP-LP-FFT is at least as accurate as DP-FFT.",
           preset="{model}, ε = 1, LP-FFT (p = 0.3) vs FFT", measure=_pair, judge=judge_pair,
@@ -235,12 +243,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(id="004-decelerator", private=True, seed="004", sentence="Early in training at small ε, the decelerator is "
           "the largest term of the improvement's denominator.", preset="{model}, DP-FFT, ε = 1, curvature every 12 "
           "steps", measure=_decelerator, judge=judge_decelerator,
-          configs=lambda t, s: {"fft": _runs(strategy="fft", epsilon=1.0, checkpoint_every=12, reads="weights")(t, s)}),
+          configs=lambda t, s: {"fft": _runs(strategy="fft", epsilon=1.0, checkpoint_every=12,
+                                             reads="weights")(t, s)}),
     Claim(id="004-public", seed="004", sentence="A public phase first (continual) helps at small ε.", needs_public=True,
           preset="{model}, continual (automatic switch) vs DP-FFT at ε ∈ {{1, 2}}", measure=_public,
           judge=judge_public_first,
-          # DP-FFT keeps its features, as `_FFT1` does, so that its ε = 1 runs are those
-          configs=lambda t, s: {f"{k} ε={e:g}": _runs(strategy=k, epsilon=e, reads="features" if k == "fft" else
-                                                      "accuracy")(t, s) for k in ("continual", "fft") for e in (1.0, 2.0)}),
+          configs=_public_first),
 )
 REGISTRY = {c.id: c for c in CLAIMS}
