@@ -185,7 +185,7 @@ def test_runconfig_fuzz_is_a_valid_config_or_one_configerror():
     names = [f.name for f in fields(RunConfig)]
     rng = random.Random(14)
     valid = previewed = 0
-    for _ in range(1500):
+    for _ in range(2000):
         change = {rng.choice(names): rng.choice(FIELD_VALUES) for _ in range(rng.randint(1, 3))}
         try:
             cfg = RunConfig.from_dict(change)

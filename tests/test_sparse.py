@@ -79,7 +79,7 @@ def test_sparse_run_counts_the_selection_epoch_and_keeps_frozen_rows(cache_dir):
         assert s["mask_layers"][n] == pytest.approx(len(rows) / layers[n].weight.shape[0])
     assert 0.19 < s["trainable_fraction"] < 0.3
     # frozen rows do not change; selected rows do
-    final = torch.load(store.run_dir(s["run_id"]) / "model.pt", weights_only=True)["state_dict"]
+    final = store.load_model(s["run_id"])["state_dict"]
     for n, rows in mask.items():
         before, after = layers[n].weight.detach(), final[f"backbone.{n}.weight"]
         frozen = sorted(set(range(before.shape[0])) - set(rows))
