@@ -23,8 +23,8 @@ from .errors import StoreError
 from .safefile import real_folder, write_atomic
 
 SHARED_BYTES = 1 << 16
-"""Tensors of at least this many bytes are kept once per store (64 KiB: every weight matrix of MiniLM and
-EfficientNet-Lite0; biases, norms and small heads stay in their file)."""
+"""Tensors of at least this many bytes are kept once per store (64 KiB: every weight matrix of MiniLM, and
+EfficientNet-Lite0's larger convolutions; biases, norms, small kernels and heads stay in their file)."""
 
 
 def digest(t) -> str:

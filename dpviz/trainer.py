@@ -292,8 +292,7 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     if not _due(loop.when, loop.step):
         loop.checkpoint()
     if store is not None and prep.cfg.keep_weights != "none":
-        state = {k: v.detach().cpu() for k, v in loop.strategy.state_dict(loop.model).items()}
-        store.save_model(run_id, state, prep.cfg.to_dict())
+        store.save_model(run_id, loop.strategy.state_dict(loop.model), prep.cfg.to_dict())  # it takes them to the CPU
     extra = loop.strategy.summary(loop)
     if loop.cfg.precision == "fp16":  # examples whose overflowed entries were set to 0 (`privacy.precision`)
         extra = {**extra, "fp16_overflows": loop.overflows}
