@@ -10,6 +10,7 @@ from dpviz import autotune, calibration, strategies
 from dpviz import catalog, tasks
 from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.errors import DpvizError
+from dpviz.fields import KEEP_WEIGHTS
 
 NO_PRIVACY = "no privacy"
 EPS_CHOICES = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0,
@@ -170,7 +171,7 @@ def render_task_picker() -> None:
 def _size_widgets(dataset: str) -> dict:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
-    c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
+    c1, c2, c3, c4, c5 = st.columns([1, 1, 1, 1, 1])
     size = int(c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
                                key="f_train_size", help="a fixed class-stratified subset of this many training "
                                "examples, the same for every seed (n for the accountant)"))
@@ -180,11 +181,15 @@ def _size_widgets(dataset: str) -> dict:
     prec = c3.selectbox("precision", PRECISIONS, index=_index(PRECISIONS, "f_precision"), key="f_precision",
                         help="the forward and backward's arithmetic; per-sample norms, clipping, noise and "
                         "weights stay FP32, so ε is the same (tf32: CUDA only, fp32 on a CPU)")
+    keep = c4.selectbox("store keeps", KEEP_WEIGHTS, index=_index(KEEP_WEIGHTS, "f_keep_weights"),
+                        key="f_keep_weights", help="checkpoints: the weights at every feature checkpoint (the "
+                        "curvature analyses reload them) and the final model; final: the final model only; none: "
+                        "metrics and features only (a real backbone's trained weights are 43–90 MB a copy)")
     if (cores := local_devices()) > 1:  # one run over several local processes (torchrun); not a config field
-        c4.number_input("processes", 1, cores, _default("f_processes", 1), 1, key="f_processes",
+        c5.number_input("processes", 1, cores, _default("f_processes", 1), 1, key="f_processes",
                         help=f"train this run on up to {cores} local processes at once (torch.distributed: each "
                         "holds a shard of every batch; the same steps and ε as one process)")
-    return {"train_size": size, "precision": prec, **({"max_length": length} if text else {})}
+    return {"train_size": size, "precision": prec, "keep_weights": keep, **({"max_length": length} if text else {})}
 
 
 def local_devices() -> int:

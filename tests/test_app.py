@@ -85,10 +85,11 @@ def test_form_shows_exactly_the_strategys_fields(strategy, app_env):
 
 
 def test_launch_from_form_creates_a_run(app_env):
-    """The form's run, here over 2 local processes (the "processes" field a multi-core machine shows):
-    one stored run whose table row says so, within its budget."""
+    """The form's run, here over 2 local processes (the "processes" field a multi-core machine shows) and
+    keeping only its final model: one stored run whose table row says so, within its budget."""
     at = open_page("pages/runs.py")
     at.number_input(key="f_epochs").set_value(1).run()
+    at.selectbox(key="f_keep_weights").set_value("final").run()
     at.select_slider(key="f_epsilon").set_value(2.0).run()
     assert "σ =" in at.info[0].value and "ε = 2" in at.info[0].value
     many = (os.cpu_count() or 1) > 1  # the field shows where there is more than one core
@@ -106,6 +107,9 @@ def test_launch_from_form_creates_a_run(app_env):
     assert runs[0]["config"]["epsilon"] == 2.0 and runs[0]["config"]["epochs"] == 1
     assert runs[0]["summary"]["epsilon_spent"] <= 2.0 and len(runs) == 1
     assert runs[0]["summary"].get("world_size", 1) == (2 if many else 1)
+    rid = runs[0]["run_id"]
+    assert runs[0]["config"]["keep_weights"] == "final" and Store(app_env).weight_steps(rid) == []
+    assert (Store(app_env).run_dir(rid) / "model.pt").exists()
     assert results.final_table(Store(app_env), [runs[0]["run_id"]])["processes"].tolist() == [2 if many else 1]
 
 
