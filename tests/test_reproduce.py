@@ -17,6 +17,13 @@ def test_pair_verdict_needs_a_gap_beyond_one_pooled_std():
     assert verdict == r.DOES_NOT and reading.startswith("A 0.405 ± 0.007 is lower than B 0.605")
 
 
+def test_a_third_group_is_shown_beside_the_pair_and_never_judged():
+    pair = {"A": [0.70, 0.72, 0.71], "B": [0.50, 0.52, 0.51]}
+    for third in ([0.10, 0.11, 0.12], [0.90, 0.91, 0.92]):
+        verdict, reading = r.judge_pair({"groups": {**pair, "C": third}})
+        assert verdict == r.AGREES and reading.endswith(f"(C: {r.fmt(third)})")
+
+
 def test_one_seed_shows_a_mean_without_a_spread():
     verdict, reading = r.judge_pair({"groups": {"A": [0.653], "B": [0.60]}})
     assert reading == "A 0.653 is higher than B 0.600." and "±" not in reading
@@ -115,7 +122,7 @@ def test_one_claim_end_to_end_from_the_cli_and_resumed_from_the_store(cli_env, c
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
     assert row["id"] == "003-selection" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
-    assert set(row["measured"]) == {"SPARTA rows", "random rows"} and row["seed_file"].startswith("003_")
+    assert set(row["measured"]) == {"SPARTA rows", "random rows", "magnitude rows"} and row["seed_file"].startswith("003_")
     assert [row] == r.stored_rows(["003-selection"], seeds=(0, 1), cache_dir=cache_dir)  # read back, nothing run
     bad = subprocess.run(cmd[:4] + ["--claims", "999"], env=cli_env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: claims: some of 000-lpfft")

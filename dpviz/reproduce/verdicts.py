@@ -45,11 +45,12 @@ def fit_r2(values, start: int = 0) -> float:
 
 # --- planted-testable verdicts ---------------------------------------------------------
 def judge_pair(m: dict) -> tuple[str, str]:
-    """Claims of the form "A ≥ B": ``groups`` has exactly the two, A first."""
-    (na, a), (nb, b) = list(m["groups"].items())[:2]
+    """Claims of the form "A ≥ B": ``groups`` has the two, A first; further groups are shown, not judged."""
+    (na, a), (nb, b), *more = list(m["groups"].items())
     v = compare(a, b)
     text = {AGREES: "higher than", PARTLY: "within one standard deviation of", DOES_NOT: "lower than"}[v]
-    return v, f"{na} {fmt(a)} is {text} {nb} {fmt(b)}."
+    shown = "".join(f" ({n}: {fmt(x)})" for n, x in more)
+    return v, f"{na} {fmt(a)} is {text} {nb} {fmt(b)}.{shown}"
 
 
 def judge_dip(m: dict) -> tuple[str, str]:
