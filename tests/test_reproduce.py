@@ -54,6 +54,15 @@ def test_law_verdicts_and_the_fit():
     assert r.judge_law({"r2_from_1": [0.95, 0.97], "r2_all": [0.2, 0.3]})[0] == r.PARTLY
     assert r.judge_law_breaks({"r2_constant": [0.3], "r2_tuned": [0.95]})[0] == r.AGREES
     assert r.judge_law_breaks({"r2_constant": [0.95], "r2_tuned": [0.97]})[0] == r.DOES_NOT
+    # a straight line that rises is no law: MiniLM's constant-rate runs fit well on a growing D_l
+    rising = {"r2_constant": [0.95, 0.85], "r2_tuned": [0.5, 0.9], "rho_constant": [1.08, 1.05],
+              "rho_tuned": [0.92, 0.90]}
+    verdict, reading = r.judge_law_breaks(rising)
+    assert verdict == r.AGREES and "grows with depth" in reading and "ρ 1.06 and 0.91" in reading
+    assert r.judge_law_breaks({**rising, "r2_constant": [0.95, 0.93], "rho_constant": [0.95, 0.97]})[0] == r.DOES_NOT
+    assert r.judge_law({"r2_from_1": [0.95], "r2_all": [0.93], "rho_from_1": [1.1]})[0] == r.DOES_NOT
+    assert r.judge_law({"r2_from_1": [0.95], "r2_all": [0.93], "rho_from_1": [0.8]})[0] == r.AGREES
+    assert abs(r.fit_rho([8.0, 4.0, 2.0, 1.0]) - 0.5) < 1e-9 and abs(r.fit_rho([5.0, 1.0, 2.0, 4.0], 1) - 2) < 1e-9
 
 
 def test_curvature_and_public_phase_verdicts():

@@ -16,12 +16,12 @@ from __future__ import annotations
 from .claims import (CLAIMS, FRACTIONS, MODELS, PAPERS, PRIVATE_NOTE, REGISTRY, SCALE, SEED_FILES, SWEEPS, Claim,
                      scorecard_config)
 from .scorecard import ONE_SEED, plan, row, run, stored_rows, unreadable_row
-from .verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fmt, judge_decelerator,
+from .verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fit_rho, fmt, judge_decelerator,
                        judge_dip, judge_interior, judge_law, judge_law_breaks, judge_pair, judge_public_first,
                        judge_shift, mean_std)
 
 __all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "MODELS", "NOT_READ", "ONE_SEED", "PAPERS", "PARTLY",
-           "PRIVATE_NOTE", "REGISTRY", "SCALE", "SEED_FILES", "SWEEPS", "VERDICTS", "best_p", "compare", "fit_r2",
+           "PRIVATE_NOTE", "REGISTRY", "SCALE", "SEED_FILES", "SWEEPS", "VERDICTS", "best_p", "compare", "fit_r2", "fit_rho",
            "fmt", "judge_decelerator", "judge_dip", "judge_interior", "judge_law", "judge_law_breaks", "judge_pair",
            "judge_public_first", "judge_shift", "mean_std", "plan", "row", "run", "scorecard_config", "stored_rows",
            "unreadable_row"]

@@ -13,7 +13,7 @@ from typing import Callable
 
 from .. import tasks as _tasks
 from ..config import RunConfig
-from .verdicts import (fit_r2, judge_decelerator, judge_dip, judge_interior, judge_law, judge_law_breaks,
+from .verdicts import (fit_r2, fit_rho, judge_decelerator, judge_dip, judge_interior, judge_law, judge_law_breaks,
                        judge_pair, judge_public_first, judge_shift)
 
 SEED_FILES = {"000": "000_c4e19def002afd7a.txt", "001": "001_6453452e78d6a51a.txt", "002": "002_0f4d90728d2cb6ec.txt",
@@ -154,7 +154,8 @@ def _law(store, groups) -> dict:
     out = {}
     for g, runs in groups.items():
         fz = [analyze(store, s["run_id"], "separability")["fuzziness"] for s in runs]
-        out[g] = {"r2_from_1": [fit_r2(f, 1) for f in fz], "r2_all": [fit_r2(f) for f in fz], "fuzziness": fz}
+        out[g] = {"r2_from_1": [fit_r2(f, 1) for f in fz], "r2_all": [fit_r2(f) for f in fz],
+                  "rho_from_1": [fit_rho(f, 1) for f in fz], "fuzziness": fz}
     return out
 
 
@@ -166,6 +167,7 @@ def _law_tuned(store, groups) -> dict:
 def _law_constant(store, groups) -> dict:
     m = _law(store, groups)
     return {"r2_constant": m["constant"]["r2_from_1"], "r2_tuned": m["tuned"]["r2_from_1"],
+            "rho_constant": m["constant"]["rho_from_1"], "rho_tuned": m["tuned"]["rho_from_1"],
             "groups": {"constant rate": m["constant"]["r2_from_1"], "auto rate": m["tuned"]["r2_from_1"]}}
 
 

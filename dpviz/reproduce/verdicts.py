@@ -31,6 +31,12 @@ def compare(a, b) -> str:
     return AGREES if d > noise else DOES_NOT if d < -noise else PARTLY
 
 
+def fit_rho(values, start: int = 0) -> float:
+    """ρ of the same fit: the ratio D_(l+1) / D_l it gives (< 1: a decay)."""
+    y = np.log(np.maximum(np.asarray(values[start:], dtype=float), 1e-12))
+    return float(np.exp(np.polyfit(np.arange(len(y)), y, 1)[0])) if len(y) >= 2 else float("nan")
+
+
 def fit_r2(values, start: int = 0) -> float:
     """R² of the straight-line fit of log(values[start:]) against the layer index."""
     y = np.log(np.maximum(np.asarray(values[start:], dtype=float), 1e-12))
@@ -87,17 +93,34 @@ def judge_shift(m: dict) -> tuple[str, str]:
     return (AGREES if lo > hi else PARTLY if lo == hi else DOES_NOT), reading
 
 
+def _rho(m: dict, key: str) -> float:
+    """Mean per-seed ρ of the fit from layer 1 on (1.0, "no decay", where a planted measurement has none)."""
+    return mean_std(m[key])[0] if m.get(key) else float("nan")
+
+
 def judge_law(m: dict) -> tuple[str, str]:
-    """``r2_from_1`` and ``r2_all``: per-seed R² of the geometric fit from layer 1 on and over all layers."""
+    """``r2_from_1`` and ``r2_all``: per-seed R² of the geometric fit from layer 1 on and over all layers;
+    ``rho_from_1`` (optional): its ratio ρ. A straight line that rises (ρ ≥ 1) is not the law: the law is
+    a decay, so it does not agree whatever its R²."""
     a, b = mean_std(m["r2_from_1"])[0], mean_std(m["r2_all"])[0]
-    reading = f"R² of log D_l vs depth: {a:.2f} from layer 1 on, {b:.2f} over all layers (goal ≥ 0.9)."
+    rho = _rho(m, "rho_from_1")
+    reading = (f"R² of log D_l vs depth: {a:.2f} from layer 1 on, {b:.2f} over all layers (goal ≥ 0.9)"
+               + (f"; ρ = {rho:.2f}." if rho == rho else "."))
+    if rho >= 1:
+        return DOES_NOT, reading + " D_l grows with depth: no decay."
     return (AGREES if a >= 0.9 and b >= 0.9 else PARTLY if max(a, b) >= 0.9 else DOES_NOT), reading
 
 
 def judge_law_breaks(m: dict) -> tuple[str, str]:
-    """The law's R² (from layer 1 on) with a constant rate at ε = 1 is below 0.9 and below the tuned runs'."""
+    """The law (from layer 1 on) breaks with a constant rate at ε = 1 where the tuned runs keep it better:
+    the constant runs' fuzziness grows with depth (ρ ≥ 1, ``rho_constant``, optional) while the tuned
+    runs' decays, or their R² is below 0.9 and below the tuned runs'."""
     c, t = mean_std(m["r2_constant"])[0], mean_std(m["r2_tuned"])[0]
-    reading = f"R² from layer 1 on at ε = 1: constant rate {c:.2f}, auto rate {t:.2f}."
+    rc, rt = _rho(m, "rho_constant"), _rho(m, "rho_tuned")
+    rhos = f" (ρ {rc:.2f} and {rt:.2f})" if rc == rc and rt == rt else ""
+    reading = f"R² from layer 1 on at ε = 1: constant rate {c:.2f}, auto rate {t:.2f}{rhos}."
+    if rc >= 1 and not rt >= 1:
+        return AGREES, reading + " With the constant rate D_l grows with depth: the decay is gone."
     if c < 0.9 and c < t:
         return AGREES, reading
     return (PARTLY if c < 0.9 else DOES_NOT), reading + (" Both fit poorly." if t < 0.9 else "")
