@@ -10,7 +10,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from dpviz.analyses import REGISTRY, run_analysis
 from dpviz.analyses.embedding import embedding
 from dpviz.analyses.knn import folds, knn
-from dpviz.analyses.residual import prediction_residual
+from dpviz.analyses.residual import prediction_residual, residual
 from dpviz.analyses.separability import fit_law, fuzziness
 
 rng = np.random.default_rng(0)
@@ -60,6 +60,19 @@ def test_residual_equals_least_squares():
     expect = ((Y - pred) ** 2).sum(1).mean() / ((Y - Y.mean(0)) ** 2).sum(1).mean()
     assert prediction_residual(x, y) == pytest.approx(expect, rel=1e-8)
     assert 0 < expect < 1
+
+
+def test_residual_is_not_read_where_a_layer_has_fewer_examples_than_weights():
+    """250 examples of 384 dimensions (MiniLM's stored evaluation features) fit any label exactly: NaN and
+    a note, never a PR of 0; the low-dimensional layer is still read."""
+    x, y = blobs(n=250, d=6, k=2, spread=3.0)
+    wide = np.hstack([x, rng.normal(size=(250, 378))])
+    r = residual({"layer_0": x, "layer_1": wide, "labels": y})
+    assert 0 < r.residual[0] < 1 and np.isnan(r.residual[1])
+    assert r.unreadable.startswith("not readable at layers 1: n = 250 examples for d + 1 = 385")
+    ok = residual({"layer_0": x, "layer_1": wide[:, :100], "labels": y})
+    assert ok.unreadable == "" and 0 < ok.residual[1] < ok.residual[0]
+    assert np.isnan(residual({"layer_0": x, "labels": y}, min_examples_per_dim=50.0).residual[0])
 
 
 @pytest.mark.parametrize("k", [1, 5, 20])

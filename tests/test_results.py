@@ -89,7 +89,13 @@ def test_law_reading_prefers_the_highest_r2_and_ranks_nan_last():
           {"label": "c", "rho": 0.9, "r2": 0.5}]
     assert results.law_reading(ss, "D_l") == ("D_l: the straightest decay is b (ρ = 0.7, R² = 0.95); ρ < 1 with R² "
                                               "near 1 means the law holds.")
-    assert results.law_reading(ss[::2], "D_l").endswith("so here it holds for no run (no fit reaches R² = 0.8).")
+    assert results.law_reading(ss[::2], "D_l").endswith("so here it holds for no run (no decaying fit reaches R² = 0.8).")
+    # a straighter line that rises (MiniLM's PR with a constant rate) is not the straightest decay
+    rising = {"label": "r", "rho": 1.2, "r2": 0.99}
+    assert "decay is b" in results.law_reading([*ss, rising], "D_l")
+    assert results.law_reading([rising], "D_l").startswith("D_l: no run's values decay with depth")
+    wide = {"label": "w", "rho": float("nan"), "r2": float("nan"), "unreadable": "not readable at layers 1"}
+    assert results.law_reading([wide], "PR_l") == "PR_l: not readable at layers 1."
 
 
 def test_best_run_reading_and_accountants_reading():

@@ -4,8 +4,10 @@ PR_l = mean squared error of the least-squares fit (with intercept) from the
 layer's representation (the ViT's CLS token, the CNN's pooled channels, the
 flattened input for l = 0) to the one-hot label, divided by the label's
 variance (summed over the K one-hot columns). 0 is a perfect linear read-out,
-1 is no better than predicting the class frequencies. Where d ≥ n the fit is
-exact on these points and PR = 0.
+1 is no better than predicting the class frequencies. Where the layer has too few
+examples for its dimension (n ≤ min_examples_per_dim · (d + 1); a real backbone's
+384-dim features over 250 stored examples) the fit is exact on these points, so PR
+is not defined there: NaN, and ``unreadable`` says why (it was a meaningless 0 before).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Residual:
     r2: float
     pearson_r: float
     target: str = "one-hot label"
+    unreadable: str = ""  # why some layers have no PR (not "note": that key is the privacy note)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -47,9 +50,15 @@ class Residual:
         return d
 
 
-@register("residual", "per-layer prediction residual PR_l of a linear read-out of the one-hot label")
-def residual(features: dict) -> Residual:
+@register("residual", "per-layer prediction residual PR_l of a linear read-out of the one-hot label",
+          min_examples_per_dim=1.0)
+def residual(features: dict, *, min_examples_per_dim: float = 1.0) -> Residual:
     y = np.asarray(features["labels"])
-    pr = tuple(prediction_residual(x, y) for x in layers(features))
+    xs = layers(features)
+    short = [i for i, x in enumerate(xs) if len(y) <= min_examples_per_dim * (x.shape[1] + 1)]
+    pr = tuple(float("nan") if i in short else prediction_residual(x, y) for i, x in enumerate(xs))
     f = fit_law(pr)
-    return Residual(pr, f.rho, f.intercept, f.r2, f.pearson_r)
+    note = (f"not readable at layers {', '.join(map(str, short))}: n = {len(y)} examples for "
+            f"d + 1 = {xs[short[0]].shape[1] + 1} read-out weights, so a linear read-out fits them exactly"
+            if short else "")
+    return Residual(pr, f.rho, f.intercept, f.r2, f.pearson_r, unreadable=note)

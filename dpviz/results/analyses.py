@@ -84,7 +84,8 @@ def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
         run = store.get_run(rid)
         out.append({"label": run_label(run) + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
                     "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
-                    "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"]})
+                    "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"],
+                    "unreadable": res.get("unreadable", "")})
     return out, missing
 
 
@@ -135,8 +136,14 @@ def knn_dip_reading(df: pd.DataFrame, tolerance: float = 0.02) -> str:
 
 def law_reading(series: list[dict], quantity: str) -> str:
     """The run whose per-layer ``quantity`` decays most geometrically (highest R² of the log-linear fit)."""
-    best = max(series, key=lambda s: s["r2"] if s["r2"] == s["r2"] else -1)  # NaN R² ranks last
-    holds = best["r2"] == best["r2"] and best["r2"] >= 0.8
+    decays = [s for s in series if s["rho"] < 1 and s["r2"] == s["r2"]]  # a rising fit (ρ ≥ 1) is no decay
+    why = [s["unreadable"] for s in series if s.get("unreadable") and s["rho"] != s["rho"]]
+    if not decays and why:
+        return f"{quantity}: {why[0]}."
+    if not decays:
+        return f"{quantity}: no run's values decay with depth (no fit has ρ < 1), so the law holds for none here."
+    best = max(decays, key=lambda s: s["r2"])
+    holds = best["r2"] >= 0.8
     return (f"{quantity}: the straightest decay is {best['label']} (ρ = {best['rho']:.3g}, "
             f"R² = {best['r2']:.2f}); ρ < 1 with R² near 1 means the law holds"
-            + ("." if holds else ", so here it holds for no run (no fit reaches R² = 0.8)."))
+            + ("." if holds else ", so here it holds for no run (no decaying fit reaches R² = 0.8)."))
