@@ -32,9 +32,11 @@ def compare(a, b) -> str:
 
 
 def fit_rho(values, start: int = 0) -> float:
-    """ρ of the same fit: the ratio D_(l+1) / D_l it gives (< 1: a decay)."""
-    y = np.log(np.maximum(np.asarray(values[start:], dtype=float), 1e-12))
-    return float(np.exp(np.polyfit(np.arange(len(y)), y, 1)[0])) if len(y) >= 2 else float("nan")
+    """ρ of the geometric fit of values[start:] (the separability analysis's own `fit_law`): the ratio
+    D_(l+1) / D_l it gives (< 1: a decay)."""
+    from ..analyses.separability import fit_law  # here: the analyses package imports torch, verdicts do not
+
+    return fit_law(values[start:]).rho
 
 
 def fit_r2(values, start: int = 0) -> float:
@@ -94,7 +96,7 @@ def judge_shift(m: dict) -> tuple[str, str]:
 
 
 def _rho(m: dict, key: str) -> float:
-    """Mean per-seed ρ of the fit from layer 1 on (1.0, "no decay", where a planted measurement has none)."""
+    """Mean per-seed ρ of the fit from layer 1 on (NaN where a planted measurement has none)."""
     return mean_std(m[key])[0] if m.get(key) else float("nan")
 
 
