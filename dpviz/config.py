@@ -77,6 +77,9 @@ class RunConfig:
             (top-s rows by public weight norm), random, bias (head + biases, DP-BiTFiT) or norm.
         switch_threshold: continual, automatic switch: switch when the decelerator measured on
             public data has fallen to ≤ this fraction of its peak so far.
+        switch_batch: continual, automatic switch: public examples the decelerator's tr(H) is measured on
+            at each check (256, the default; the real tasks take 32, as the curvature analysis does on a
+            network over 2M weights: each check's Hutchinson probes then take seconds on MiniLM, not a minute).
         lora_rank: lora only: rank r of the low-rank adapters.
         train_size: 0 (the default): the whole training split; k: a fixed class-stratified subset of k
             training examples (the same for every seed; n = k for the accountant), and the test split
@@ -119,6 +122,7 @@ class RunConfig:
     public_dataset: str = "glyphs"
     switch_step: int = -1
     switch_threshold: float = 0.5
+    switch_batch: int = 256
     sparsity: float = 0.2
     selection: str = "sparta"
     lora_rank: int = 4
@@ -158,7 +162,8 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
-            for k, default in (("train_size", 0), ("precision", "fp32"), ("keep_weights", "checkpoints")):
+            for k, default in (("train_size", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
+                                 ("switch_batch", 256)):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
             if catalog.dataset(self.dataset).modality != "text":

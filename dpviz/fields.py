@@ -53,7 +53,7 @@ def total_steps(cfg, n: int) -> int:
 _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
-          "switch_step": int, "switch_threshold": float, "sparsity": float, "lora_rank": int, "max_length": int,
+          "switch_step": int, "switch_threshold": float, "switch_batch": int, "sparsity": float, "lora_rank": int, "max_length": int,
           "train_size": int}
 
 

@@ -39,15 +39,20 @@ class Task:
     public: str = "glyphs"
 
 
+REAL_SWITCH_BATCH = 32
+"""continual's automatic switch on a real backbone measures tr(H) on 32 public examples a check, as the
+curvature analysis does above 2M weights (`dpviz.analyses.hessian.LARGE_BATCH`): 256 took about a
+minute a check on MiniLM, more than the whole DP phase of a scorecard run."""
+
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task(name="default", label="built-in: 8×8 digits on dpviz's CNN"),
     Task(name="real-text", label="real text: MiniLM on tweets (positive vs negative)", modality="text",
          public="phrases-sentiment",
          fields=dict(dataset="tweets", backbone="minilm", max_length=48, train_size=4000, batch_size=256,
-                     epochs=2, public_dataset="phrases-sentiment")),
+                     epochs=2, public_dataset="phrases-sentiment", switch_batch=REAL_SWITCH_BATCH)),
     Task(name="real-vision", label="real vision: EfficientNet-Lite0 on Fashion-MNIST",
          fields=dict(dataset="fashion-mnist", backbone="efficientnet_lite0", train_size=4000, batch_size=256,
-                     epochs=3)),
+                     epochs=3, switch_batch=REAL_SWITCH_BATCH)),
 )}
 
 

@@ -12,6 +12,8 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
         --lp-fractions 0.3   # a real task's preset (dpviz.tasks), its public stand-in as the proxy
     python scripts/build_auto_grid.py --task real-text --scorecard --strategies lp-fft fft sparse continual \
         --epsilons 1 8 --lp-fractions 0.1 0.5 0.9   # the size the reproduction scorecard runs at
+    python scripts/build_auto_grid.py --task real-text --scorecard --strategies sparse --epsilons 1 8 \
+        --selections random magnitude   # sparse's fixed row selections (003-selection's baselines)
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ AXES = {"lp_fraction": (0.1, 0.3, 0.5, 0.7, 0.9)}
 
 
 def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task: str = "default",
-              axes_values: dict = AXES, size: dict | None = None) -> dict:
+              axes_values: dict = AXES, size: dict | None = None, extra: dict | None = None) -> dict:
     """Search every grid point of one (backbone, strategy) of ``task`` (``size``: fields over the task's, e.g.
-    the scorecard's) and return its grid entry."""
+    the scorecard's; ``extra``: strategy fields that are part of the key, e.g. sparse's selection) and
+    return its grid entry."""
     axes = strategies.get(strategy).auto_axes
     points, key = [], None
     base = {"backbone": backbone} if task == "default" else {}  # a real task's preset brings its backbone
-    base.update(size or {})
+    base.update(size or {}, **(extra or {}))
     for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes)):
         cfg = tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
         fields = autotune.used_fields(cfg)
@@ -69,6 +72,8 @@ def main() -> None:
     p.add_argument("--strategies", nargs="+", default=["lp", "fft", "lp-fft", "partial", "continual", "sparse",
                                                           "lora"])
     p.add_argument("--epsilons", nargs="+", default=list(EPSILONS))
+    p.add_argument("--selections", nargs="+", default=["sparta"],
+                   help="sparse's row selections, one entry each (the grid's key includes the selection)")
     p.add_argument("--scorecard", action="store_true", help="at the reproduction scorecard's size of the task "
                    "(dpviz.reproduce.SCALE) rather than its preset's")
     p.add_argument("--cache-dir", default="cache/auto_grid", help="store of the proxy searches (resumable)")
@@ -79,10 +84,13 @@ def main() -> None:
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"entries": []}
     backbones = a.backbones if a.task == "default" else [tasks.task_fields(a.task)["backbone"]]
-    for backbone, strategy in itertools.product(backbones, a.strategies):
+    runs = [(b, s, {"selection": sel} if s == "sparse" else {})
+            for b, s in itertools.product(backbones, a.strategies)
+            for sel in (a.selections if s == "sparse" else [None])]
+    for backbone, strategy, extra in runs:
         e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True),
                       task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)},
-                      size=SCALE.get(a.task) if a.scorecard else None)
+                      size=SCALE.get(a.task) if a.scorecard else None, extra=extra)
         doc["entries"] = [x for x in doc["entries"] if x["key"] != e["key"]] + [e]
         doc.update(version=1, note="learning rates tuned on public data only (glyphs; a real task's public stand-in) (scripts/build_auto_grid.py); "
                                    "no private data was read")

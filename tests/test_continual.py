@@ -61,6 +61,19 @@ def test_automatic_switch_measures_the_decelerator_on_public_data(poisoned_priva
     assert all(finite(loss[t]) for t in range(1, switch + 1))
 
 
+def test_switch_batch_sets_the_public_examples_each_check_reads(cache_dir):
+    runs = {b: dpviz.run(RunConfig(strategy="continual", epsilon=2.0, epochs=2, switch_batch=b), cache_dir=cache_dir)
+            for b in (256, 16)}
+    store = Store(cache_dir)
+    first = {b: store.metrics(s["run_id"], "decelerator_public")["decelerator_public"][0][1] for b, s in runs.items()}
+    assert all(finite(v) for v in first.values()) and first[16] != pytest.approx(first[256], rel=1e-3)
+    assert runs[16]["run_id"] != runs[256]["run_id"]
+    # the default keeps the hash of runs stored before the field; a real task's continual takes 32
+    assert "switch_batch" not in RunConfig(strategy="continual").to_json(hashed_only=True)
+    assert dpviz.tasks.config("real-text", strategy="continual").switch_batch == 32
+    assert dpviz.tasks.config("real-text", strategy="fft").switch_batch == 256
+
+
 def test_epsilon_counts_only_the_private_phase(cache_dir):
     cfg = RunConfig(strategy="continual", epsilon=1.0, epochs=2, switch_step=10)
     s = dpviz.run(cfg, cache_dir=cache_dir)
@@ -91,5 +104,7 @@ def test_bad_continual_inputs():
         RunConfig(strategy="continual", dataset="glyphs", public_dataset="glyphs")
     with pytest.raises(ConfigError, match="switch_threshold"):
         RunConfig(strategy="continual", switch_threshold=1.5)
+    with pytest.raises(ConfigError, match="switch_batch"):
+        RunConfig(strategy="continual", switch_batch=4)
     with pytest.raises(ConfigError, match="public_dataset"):
         calibration.preview(RunConfig(strategy="continual", public_dataset="synthetic"))  # 2 classes vs 10

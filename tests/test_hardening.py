@@ -54,6 +54,8 @@ CASES = [
     (["run", "--strategy", "lp", "--tune-blocks", "2"], "tune_blocks"),
     (["run", "--strategy", "sparse", "--selection", "bias", "--sparsity", "0.9"], "sparsity"),
     (["run", "--strategy", "continual", "--switch-step", "5", "--switch-threshold", "0.3"], "switch_threshold"),
+    (["run", "--strategy", "continual", "--switch-step", "5", "--switch-batch", "32"], "switch_batch"),
+    (["run", "--strategy", "continual", "--switch-batch", "4"], "switch_batch"),
     (["run", "--strategy", "lora", "--lora-rank", "512"], "lora_rank"),
     (["audit", "--threat", "white-box", "--kind", "ood"], "kind"),
     (["audit", "--sweep-threats", "foo"], "sweep_threats"), (["audit", "--sweep", "--threat", "black-box"], "threat"),

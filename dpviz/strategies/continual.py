@@ -14,6 +14,7 @@ from . import register
 from .base import Param, PhasePlan, Strategy
 
 SWITCH_CHECK_EVERY = 10  # public steps between decelerator checks of the automatic switch
+MIN_SWITCH_BATCH = 8  # the monitor reads the clip factor c from 8 public per-sample gradients
 
 
 @register
@@ -30,16 +31,19 @@ class PublicThenPrivate(Strategy):
               high=100000, step=1, help="-1 switches once the decelerator measured on public data has fallen"),
         Param(name="switch_threshold", label="automatic switch at this share of the decelerator's peak",
               low=0.05, high=0.95, step=0.05, help="switch when the public decelerator ≤ this × its peak"),
+        Param(name="switch_batch", label="public examples per switch check", kind="int", low=MIN_SWITCH_BATCH,
+              high=4096, step=1, help="the automatic switch measures tr(H) on this many public examples "
+              "(fewer: a cheaper, noisier check)"),
     )
 
     @classmethod
     def unread(cls, cfg) -> tuple[str, ...]:
         # a fixed switch step makes the automatic switch's threshold moot
-        return super().unread(cfg) + (("switch_threshold",) if cfg.switch_step >= 0 else ())
+        return super().unread(cfg) + (("switch_threshold", "switch_batch") if cfg.switch_step >= 0 else ())
 
     @classmethod
     def unread_because(cls, cfg, name: str) -> str:
-        return f"switch_step {cfg.switch_step} (the threshold only sets the automatic switch, switch_step -1)"
+        return f"switch_step {cfg.switch_step} ({name} only sets the automatic switch, switch_step -1)"
 
     @classmethod
     def describe(cls, cfg, phases: str) -> str:
@@ -62,6 +66,10 @@ class PublicThenPrivate(Strategy):
         if not 0 < cfg.switch_threshold < 1:
             raise ConfigError("switch_threshold", "must be in (0, 1) (a fraction of the decelerator's peak)",
                               cfg.switch_threshold)
+        if isinstance(cfg.switch_batch, bool) or not isinstance(cfg.switch_batch, int) \
+                or not MIN_SWITCH_BATCH <= cfg.switch_batch <= 4096:
+            raise ConfigError("switch_batch", f"an integer in [{MIN_SWITCH_BATCH}, 4096] (public examples per "
+                              "switch check)", cfg.switch_batch)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -87,7 +95,7 @@ class PublicThenPrivate(Strategy):
             c = self.cfg
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,
                                               batch_size=c.batch_size, clip_norm=c.clip_norm, clipping=c.clipping,
-                                              threshold=c.switch_threshold, seed=c.seed)
+                                              threshold=c.switch_threshold, seed=c.seed, batch=c.switch_batch)
             if self.resumed_monitor is not None:
                 self.monitor.load_state(self.resumed_monitor)
         return loop.setup(module=loop.model, inputs=px, labels=py, private=False,
