@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from dpviz import reproduce as r
+from dpviz.reproduce import claims
 from dpviz.figures.reproduce import claim_figure
 
 
@@ -99,6 +100,10 @@ def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed_on_each_task
     assert len(budget) == len(fractions) * len(epsilons) and {c.lp_fraction for (c,) in budget.values()} == set(fractions)
     if task == "real-text":  # the sweep: p ∈ {0, 0.1, …, 1} at ε ∈ {0.5, 1, 2, 8}
         assert len(fractions) == 11 and epsilons == (0.5, 1.0, 2.0, 8.0)
+    # a real task's accuracy-only runs are tested at their phase ends only; runs read for features are not
+    (p0,) = budget["ε=1 p=0"]
+    (dip,) = r.REGISTRY["000-dip"].configs(task, (0,))["fft"]
+    assert (p0.eval_every == claims.ONLY_PHASE_ENDS) == (task != "default") and dip.eval_every == 10
     if task == "default":  # the toy task's law on its ViT, and the same runs as before tasks (their hashes)
         from dpviz.config import RunConfig
 
