@@ -104,6 +104,10 @@ def test_every_claim_names_its_seed_file_and_plans_one_run_per_seed_on_each_task
     (p0,) = budget["ε=1 p=0"]
     (dip,) = r.REGISTRY["000-dip"].configs(task, (0,))["fft"]
     assert (p0.eval_every == claims.ONLY_PHASE_ENDS) == (task != "default") and dip.eval_every == 10
+    if task != "default":  # a real task's DP-FFT runs train once: the law reads 000-dip's, curvature DP-FFT's at ε = 1
+        hashes = {c.id: {g: [x.hash() for x in v] for g, v in c.configs(task, (0, 1)).items()} for c in r.CLAIMS}
+        assert hashes["002-law"]["tuned"] == hashes["000-dip"]["fft"]
+        assert hashes["004-decelerator"]["fft"] == hashes["000-lpfft"]["DP-FFT"] == hashes["002-constant"]["tuned"]
     if task == "default":  # the toy task's law on its ViT, and the same runs as before tasks (their hashes)
         from dpviz.config import RunConfig
 
