@@ -171,3 +171,16 @@ def test_the_law_claim_end_to_end_on_the_real_text_task_from_the_cli(cli_env, ca
     assert (cfg["backbone"], cfg["dataset"], cfg["train_size"], cfg["epochs"]) == ("minilm", "tweets", 64, 3)
     assert len(analyze(Store(cache_dir), run_id, "separability")["fuzziness"]) == 7  # embeddings + 6 blocks
     assert [row] == r.stored_rows(["002-law"], task="real-text", seeds=(0, 1), changes=TINY_TEXT, cache_dir=cache_dir)
+
+
+def test_every_real_text_scorecard_run_takes_its_rates_from_the_shipped_grid(tmp_path):
+    """The real-text scorecard trains no search: the grid holds each of its runs' keys (its time counts on it)."""
+    from dpviz import autotune
+
+    seen = {}
+    for c in r.CLAIMS:
+        for g, cfgs in c.configs("real-text", (0,)).items():
+            seen.update({cfg.hash(): (c.id, g, cfg) for cfg in cfgs})
+    for cid, g, cfg in seen.values():
+        _, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
+        assert res.source in ("shipped", "unused"), (cid, g, res.source)  # "unused": a fixed rate and LP's unread
