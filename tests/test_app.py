@@ -495,6 +495,9 @@ def test_the_form_offers_the_real_tasks_and_a_task_button_fills_it(app_env):
     assert at.number_input(key="f_train_size").value == 4000 and at.number_input(key="f_max_length").value == 48
     assert not at.number_input(key="f_max_length").disabled
     assert "q = B/n = 0.064 over 32 steps" in at.info[0].value, at.info[0].value  # 256 / 4,000, 2 epochs
+    at.selectbox(key="f_strategy").set_value("continual").run()  # the task's cheaper switch check shows
+    assert at.number_input(key="f_switch_batch").value == 32 and not at.error, [e.value for e in at.error]
+    at.selectbox(key="f_strategy").set_value("lp-fft").run()
     at.selectbox(key="f_backbone").set_value("cnn").run()  # an image backbone for text: one line naming it
     assert at.error and "backbone" in at.error[0].value and "minilm" in at.error[0].value
     at.button(key="task_default").click().run()
