@@ -14,6 +14,10 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
         --epsilons 1 8 --lp-fractions 0.1 0.5 0.9   # the size the reproduction scorecard runs at
     python scripts/build_auto_grid.py --task real-text --scorecard --strategies sparse --epsilons 1 8 \
         --selections random magnitude   # sparse's fixed row selections (003-selection's baselines)
+
+An entry already in ``--out`` under the same key keeps its other points (`merge`): builds split by ε or
+LP share, each with its own ``--cache-dir`` and ``--out``, combine by running each again with the shipped
+grid as ``--out`` (their searches answer from their stores).
 """
 
 from __future__ import annotations
@@ -62,6 +66,20 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task
             "proxy": autotune.proxy_for(cfg.dataset), "trials": autotune.trials_for(fields), "points": points}
 
 
+def merge(entries: list[dict], new: dict) -> list[dict]:
+    """The grid's ``entries`` with ``new`` merged in: an entry of the same key keeps its points at other
+    coordinates (ε and the axes) and takes ``new``'s where they meet, so builds split by ε or LP share
+    (two processes of one thread each, or a later ``--epsilons``) add up instead of replacing each other."""
+    def at(p):
+        return (float(p["epsilon"]), *(p[a] for a in new["axes"]))
+
+    old = next((x for x in entries if x["key"] == new["key"]), None)
+    points = {at(p): p for p in (old or {}).get("points", [])}
+    points.update({at(p): p for p in new["points"]})
+    merged = {**new, "points": [points[k] for k in sorted(points)]}
+    return [x for x in entries if x["key"] != new["key"]] + [merged]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="default", choices=list(tasks.TASKS),
@@ -91,7 +109,7 @@ def main() -> None:
         e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True),
                       task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)},
                       size=SCALE.get(a.task) if a.scorecard else None, extra=extra)
-        doc["entries"] = [x for x in doc["entries"] if x["key"] != e["key"]] + [e]
+        doc["entries"] = merge(doc["entries"], e)
         doc.update(version=1, note="learning rates tuned on public data only (glyphs; a real task's public stand-in) (scripts/build_auto_grid.py); "
                                    "no private data was read")
         out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")  # after each entry: resumable

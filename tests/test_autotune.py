@@ -161,6 +161,28 @@ def test_the_shipped_grid_is_smoothed_by_a_power_law_in_epsilon_per_axis_group()
     assert all(p["values"]["lr_ft"] <= autotune.RANGES["lr_ft"][1] for (e, _), p in out.items() if e != "inf")
 
 
+def test_grid_builds_split_by_epsilon_merge_into_one_entry_and_a_rebuilt_point_replaces_its_old_one():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "build_auto_grid.py"
+    spec = importlib.util.spec_from_file_location("build_auto_grid", path)
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+
+    def entry(points, key="k"):
+        return {"key": key, "axes": ["lp_fraction"], "points": [
+            {"epsilon": e, "lp_fraction": p, "values": {"lr_ft": v}} for e, p, v in points]}
+
+    other = entry([("1", 0.5, 9.0)], key="other")
+    grid = build.merge([other], entry([("1", 0.1, 0.01), ("1", 0.9, 0.02)]))  # one process's ε = 1
+    grid = build.merge(grid, entry([("8", 0.1, 0.08), ("1", 0.9, 0.03)]))  # the other's ε = 8, and a rebuilt point
+    (k,) = [e for e in grid if e["key"] == "k"]
+    got = [(p["epsilon"], p["lp_fraction"], p["values"]["lr_ft"]) for p in k["points"]]
+    assert got == [("1", 0.1, 0.01), ("1", 0.9, 0.03), ("8", 0.1, 0.08)]  # ordered by ε, then the axis
+    assert [e for e in grid if e["key"] == "other"] == [other]  # other keys untouched
+
+
 def test_the_shipped_grid_follows_epsilon_and_answers_in_milliseconds(cache_dir):
     lows, highs = [], []
     for strategy in ("lp", "fft", "lp-fft"):

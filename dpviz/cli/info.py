@@ -60,6 +60,8 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--set", nargs="+", default=None, metavar="FIELD=VALUE", dest="changes",
                     help="set a RunConfig field on every run (e.g. train_size=64 to try a tiny scorecard)")
     rp.add_argument("--claims", nargs="+", default=None, metavar="ID", help="claim ids (default: all; see --list)")
+    rp.add_argument("--workers", type=int, default=1, help="processes that train the runs (at most one per "
+                    "core; 2 on a 2-core CPU trains more runs an hour than 1 process on 2 threads)")
     rp.add_argument("--list", action="store_true", help="list the claims and exit")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(handler=cmd_reproduce)
@@ -162,12 +164,15 @@ def cmd_reproduce(args) -> int:
         raise ConfigError("claims", f"some of {', '.join(reproduce.REGISTRY)}", unknown[0])
     if args.seeds < 1:
         raise ConfigError("seeds", "an integer >= 1", args.seeds)
+    if args.workers < 1:
+        raise ConfigError("workers", "an integer >= 1", args.workers)
 
     def progress(done, total, claim):
         print(f"\r[{done}/{total}] {claim:<16}", end="", file=sys.stderr, flush=True)
 
     rows = reproduce.run(args.claims, task=args.task, seeds=tuple(range(args.seeds)),
-                         changes=parse_changes(args.changes), cache_dir=args.cache_dir, progress=progress)
+                         changes=parse_changes(args.changes), cache_dir=args.cache_dir, progress=progress,
+                         workers=args.workers)
     print(file=sys.stderr)
     if args.json:
         print(dump(rows))

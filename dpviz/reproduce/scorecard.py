@@ -58,7 +58,7 @@ def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default
 
 
 def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None, cache_dir=None,
-        progress: Callable | None = None, cancel=None) -> list[dict]:
+        progress: Callable | None = None, cancel=None, workers: int = 1) -> list[dict]:
     """Train what the chosen claims need on ``task`` (finished runs answer from the cache) and return their rows.
 
     Args:
@@ -69,6 +69,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         cache_dir: the store.
         progress: called with (runs done, runs in all, the claim id being run).
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
+        workers: processes that train the runs first (`workers.train`; 1: this process trains them).
     """
     from ..runner import run as run_one
     from ..store import Store
@@ -76,6 +77,11 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
     store = Store(cache_dir)
     todo = plan(chosen, seeds, task, changes)
+    if workers > 1:
+        from . import workers as pool
+
+        pool.train(pool.pending(todo, store), workers=workers, cache_dir=store.root, progress=progress,
+                   cancel=cancel)
     total = sum(len(v) for g in todo.values() for v in g.values())
     done, rows, memo = 0, [], {}
     for claim in chosen:
