@@ -134,10 +134,15 @@ def test_a_claim_a_task_cannot_read_says_why_instead_of_a_verdict(monkeypatch, c
 
 
 @pytest.mark.slow
-def test_one_claim_end_to_end_from_the_cli_and_resumed_from_the_store(cli_env, cache_dir):
+def test_one_claim_end_to_end_from_the_cli_in_two_workers_and_resumed_from_the_store(cli_env, cache_dir):
     cmd = [sys.executable, "-m", "dpviz", "reproduce", "--claims", "003-selection", "--seeds", "2", "--json"]
-    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd + ["--workers", "2"], env=cli_env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
+    assert "[6/6] 2 workers" in out.stderr  # 3 selections × 2 seeds, trained by the pool
+    from dpviz.store import Store
+
+    stored = [(r["config_hash"], r["status"]) for r in Store(cache_dir).list_runs()]
+    assert len(stored) == 6 and {s for _, s in stored} == {"finished"}  # each run trained once, none twice
     (row,) = json.loads(out.stdout)
     assert row["id"] == "003-selection" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
     assert set(row["measured"]) == {"SPARTA rows", "random rows", "magnitude rows"} and row["seed_file"].startswith("003_")
@@ -173,13 +178,14 @@ def test_the_law_claim_end_to_end_on_the_real_text_task_from_the_cli(cli_env, ca
     assert [row] == r.stored_rows(["002-law"], task="real-text", seeds=(0, 1), changes=TINY_TEXT, cache_dir=cache_dir)
 
 
-def test_every_real_text_scorecard_run_takes_its_rates_from_the_shipped_grid(tmp_path):
-    """The real-text scorecard trains no search: the grid holds each of its runs' keys (its time counts on it)."""
+@pytest.mark.parametrize("task", ["real-text", "real-vision"])
+def test_every_real_task_scorecard_run_takes_its_rates_from_the_shipped_grid(tmp_path, task):
+    """A real task's scorecard trains no search: the grid holds each of its runs' keys (its time counts on it)."""
     from dpviz import autotune
 
     seen = {}
     for c in r.CLAIMS:
-        for g, cfgs in c.configs("real-text", (0,)).items():
+        for g, cfgs in c.configs(task, (0,)).items():
             seen.update({cfg.hash(): (c.id, g, cfg) for cfg in cfgs})
     for cid, g, cfg in seen.values():
         _, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
