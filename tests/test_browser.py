@@ -48,7 +48,13 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         bar = page.locator('.dpviz-progress[role="progressbar"]').first  # the run's bar, in lp-fft's colour
         assert 0 <= int(bar.get_attribute("aria-valuenow")) <= 100
         assert " · lp-fft ε=1.5 · " in bar.inner_text() and bar.get_attribute("aria-valuetext") == bar.inner_text()
-        fill = bar.evaluate("b => getComputedStyle(b.lastElementChild.firstElementChild).backgroundColor")
+        # read in one script: the bar is redrawn every second, and an element replaced between a locator's
+        # look-up and its evaluation is detached, with no computed style ("")
+        fill, deadline = "", time.time() + 10
+        while not fill and time.time() < deadline:
+            fill = page.evaluate("""() => { const b = document.querySelector('.dpviz-progress[role="progressbar"]');
+                return b ? getComputedStyle(b.lastElementChild.firstElementChild).backgroundColor : ""; }""")
+            time.sleep(0.2)
         assert fill == "rgb(0, 158, 115)", fill  # Okabe–Ito bluish green, as lp-fft's curves
         run = Store(cache_dir).list_runs()[0]
         assert run["config"]["epsilon"] == 1.5 and run["config"]["lp_fraction"] == 0.5
