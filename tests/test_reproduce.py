@@ -151,6 +151,8 @@ def test_one_claim_end_to_end_from_the_cli_in_two_workers_and_resumed_from_the_s
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: claims: some of 000-lpfft")
     bad = subprocess.run(cmd[:4] + ["--task", "imagenet"], env=cli_env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: task: one of default, real-text")
+    bad = subprocess.run(cmd[:4] + ["--workers", "0"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: workers: an integer >= 1; got 0")
 
 
 TINY_TEXT = {"train_size": 64, "max_length": 16, "batch_size": 32, "eval_subset": 40, "checkpoint_every": -1,
