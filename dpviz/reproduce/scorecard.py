@@ -80,7 +80,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     if workers > 1:
         from . import workers as pool
 
-        pool.train(pool.pending(todo, store), workers=workers, cache_dir=store.root, progress=progress,
+        pool.train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress,
                    cancel=cancel)
     total = sum(len(v) for g in todo.values() for v in g.values())
     done, rows, memo = 0, [], {}
@@ -130,6 +130,13 @@ def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes:
             except Exception:  # an analysis not computable yet (e.g. a checkpoint being written)
                 continue
     return out
+
+
+def pending(todo: dict[str, dict[str, list[RunConfig]]], store) -> list[RunConfig]:
+    """The distinct runs of a plan (claim → group → configs) not yet finished in ``store``, in plan order
+    (runs several claims share appear once)."""
+    seen = {cfg.to_json(): cfg for groups in todo.values() for cfgs in groups.values() for cfg in cfgs}
+    return [cfg for cfg in seen.values() if _finished(store, cfg) is None]
 
 
 def _finished(store, cfg: RunConfig) -> dict | None:

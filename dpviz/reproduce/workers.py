@@ -18,21 +18,6 @@ from typing import Callable
 from ..config import RunConfig
 
 
-def pending(todo: dict[str, dict[str, list[RunConfig]]], store) -> list[RunConfig]:
-    """The distinct runs of a scorecard plan (claim → group → configs) not yet finished in ``store``, in
-    plan order (runs several claims share appear once)."""
-    from ..runner import lookup
-
-    seen: dict[str, RunConfig] = {}
-    for groups in todo.values():
-        for cfgs in groups.values():
-            for cfg in cfgs:
-                key = cfg.to_json()
-                if key not in seen and lookup(cfg, store)[2] is None:
-                    seen[key] = cfg
-    return list(seen.values())
-
-
 def _work(todo, done, cache_dir: str, threads: int) -> None:
     import torch
 
@@ -55,7 +40,7 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
     ``cache_dir``; return how many finished.
 
     Args:
-        configs: distinct runs (`pending`).
+        configs: distinct runs (`scorecard.pending`).
         workers: processes asked for.
         cache_dir: the store's folder.
         progress: called with (runs done, runs in all, "N workers").
