@@ -17,6 +17,7 @@ EPS_CHOICES = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 10.0,
                NO_PRIVACY]
 D = RunConfig.__dataclass_fields__
 _URL = "_form_url_keys"  # widget key → its shipped default, for the keys this run drew (written to the URL)
+HELD = "_form_held"  # widget key → the value the form shows: the one truth that drawing, the info box and Launch read
 
 
 def _qkey(key: str) -> str:
@@ -40,24 +41,50 @@ def _parse(text: str, fallback, options=None):
         return None
 
 
+def _held() -> dict:
+    return st.session_state.setdefault(HELD, {})
+
+
+def _sync_held() -> dict:
+    """The held values, each updated from its widget's state where the browser sent one (a widget's key is in
+    the session state from the click that changed it, before any of the page's code runs)."""
+    held = _held()
+    for key in held:
+        if key in st.session_state:
+            held[key] = st.session_state[key]
+    return held
+
+
 def _default(key: str, fallback, options=None):
-    """The widget's default: the URL's value (read once per session, so widgets keep their identity) or
-    ``fallback``. A reload keeps the form: `_write_url` puts every field that differs from its default in the URL."""
+    """The value widget ``key`` shows, seeded into the session state when the widget has none.
+
+    Widgets with a key keep their identity across reruns, so a changed ``value=`` never reaches the browser:
+    a value the page sets (a task button, a reload's URL) must go through the session state, and a widget is
+    given its held value only when it has no state of its own. A widget not drawn (a strategy's own field while
+    another strategy is chosen) keeps its value here, so coming back to it never resets it. A reload reads
+    the URL once per session: `_write_url` puts every field that differs from its default there."""
     st.session_state.setdefault(_URL, {})[key] = fallback
-    defaults = st.session_state.setdefault("_form_defaults", {})
-    if key not in defaults:
+    held = _held()
+    if key in st.session_state:
+        held[key] = st.session_state[key]
+    elif key not in held:
         text = st.query_params.get(_qkey(key))
         parsed = None if text is None else _parse(text, fallback, options)
-        defaults[key] = fallback if parsed is None else parsed
-    return defaults[key]
+        held[key] = fallback if parsed is None else parsed
+    if options is not None and held[key] not in list(options):  # e.g. a plugin's choice that is gone
+        held[key] = fallback
+    if st.session_state.get(key, held[key]) != held[key] or key not in st.session_state:
+        st.session_state[key] = held[key]
+    return held[key]
 
 
 def _write_url() -> None:
     """The drawn fields that differ from their shipped defaults, in the URL query (the others out of it)."""
+    held = _held()
     for key, fallback in st.session_state.get(_URL, {}).items():
-        if key not in st.session_state:
+        if key not in held:
             continue
-        value, q = st.session_state[key], _qkey(key)
+        value, q = held[key], _qkey(key)
         text = ("1" if value else "0") if isinstance(value, bool) else str(value)
         if value == fallback:
             if q in st.query_params:
@@ -76,87 +103,91 @@ def _preview(cfg_json: str) -> dict:
     return calibration.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
 
 
-def _privacy_widgets() -> dict:
+def _privacy_widgets() -> str:
     c1, c2, c3 = st.columns([3, 2, 2])
-    eps = c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=_default("f_epsilon", 1.0, EPS_CHOICES),
-                           key="f_epsilon",
-                           help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
-    delta = c2.number_input("δ", value=_default("f_delta", 1e-5), format="%.1e", step=1e-6, key="f_delta")
-    acct = c3.selectbox("accountant", ACCOUNTANTS, index=_index(ACCOUNTANTS, "f_accountant"), key="f_accountant",
-                        help="PRV (Opacus's upper bound) and RDP bound ε. GDP is a central-limit approximation, "
-                             "not a bound: a GDP run is calibrated by PRV's bound and shows GDP's ε beside it.")
-    return {"epsilon": math.inf if eps == NO_PRIVACY else eps, "delta": delta, "accountant": acct}
+    c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=_default("f_epsilon", 1.0, EPS_CHOICES),
+                     key="f_epsilon",
+                     help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
+    c2.number_input("δ", value=_default("f_delta", 1e-5), format="%.1e", step=1e-6, key="f_delta")
+    c3.selectbox("accountant", ACCOUNTANTS, index=_index(ACCOUNTANTS, "f_accountant"), key="f_accountant",
+                 help="PRV (Opacus's upper bound) and RDP bound ε. GDP is a central-limit approximation, "
+                      "not a bound: a GDP run is calibrated by PRV's bound and shows GDP's ε beside it.")
 
 
-def _param_widget(box, p: strategies.Param):
+def _param_widget(box, p: strategies.Param) -> None:
     """One strategy field as the widget its `Param` declares (key ``f_<field>``). Number inputs take any
     value: one the config refuses is the form's error box, never a silently kept old value."""
     default, key = D[p.name].default, f"f_{p.name}"
     if p.kind == "choice":
-        return box.selectbox(p.label, p.choices, index=_index(p.choices, key, default), key=key, help=p.help or None)
-    if p.kind == "int":
-        return int(box.number_input(p.label, None, None, _default(key, int(default)), int(p.step or 1), key=key,
-                                    help=p.help or None))
-    return box.slider(p.label, float(p.low), float(p.high), _default(key, float(default)), float(p.step), key=key,
-                      help=p.help or None)
+        box.selectbox(p.label, p.choices, index=_index(p.choices, key, default), key=key, help=p.help or None)
+    elif p.kind == "int":
+        box.number_input(p.label, None, None, _default(key, int(default)), int(p.step or 1), key=key,
+                         help=p.help or None)
+    else:
+        box.slider(p.label, float(p.low), float(p.high), _default(key, float(default)), float(p.step), key=key,
+                   help=p.help or None)
 
 
-def _strategy_widgets() -> dict:
-    """The strategy and exactly the fields it declares (the others keep their defaults)."""
+def _strategy_widgets() -> None:
+    """The strategy and exactly the fields it declares (the others keep their held values)."""
     names = list(strategies.names())
     c1, *rest = st.columns([2, 5])
     strategy = c1.selectbox("strategy", names, index=_index(names, "f_strategy", "lp-fft"), key="f_strategy",
                             format_func=lambda n: f"{n} — {strategies.get(n).label}")
     params = strategies.get(strategy).params
-    boxes = rest[0].columns(len(params)) if params else []
-    return {"strategy": strategy, **{p.name: _param_widget(b, p) for b, p in zip(boxes, params)}}
+    for box, p in zip(rest[0].columns(len(params)) if params else [], params):
+        _param_widget(box, p)
 
 
-def _model_widgets() -> dict:
-    """Dataset and backbone; a field their choice disables is ignored (it keeps its text for later, never
-    blocks the launch)."""
+def _model_widgets() -> None:
+    """Dataset and backbone; a field their choice disables is shown greyed with its text (kept for later, never
+    read by the launch)."""
     c1, c2, c3, c4 = st.columns(4)
     dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), index=_index(catalog.DATASETS, "f_dataset"),
                            key="f_dataset", format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
     data = catalog.DATASETS[dataset]
-    data_dir = c2.text_input("data folder (real datasets)", _default("f_data_dir", ""), key="f_data_dir",
-                             disabled=not data.takes_data_dir, help=f"holding {data.files}" if data.files else None)
+    c2.text_input("data folder (real datasets)", _default("f_data_dir", ""), key="f_data_dir",
+                  disabled=not data.takes_data_dir, help=f"holding {data.files}" if data.files else None)
     backbone = c3.selectbox("backbone", tuple(catalog.BACKBONES), index=_index(catalog.BACKBONES, "f_backbone"),
                             key="f_backbone", format_func=lambda n: f"{n} — {catalog.BACKBONES[n].label}")
-    needs_weights = catalog.BACKBONES[backbone].needs_weights
-    weights = c4.text_input("weights file (torchvision/timm)", _default("f_weights", ""), key="f_weights",
-                            disabled=not needs_weights)
-    return {"dataset": dataset, "data_dir": (data_dir.strip() or None) if data.takes_data_dir else None,
-            "backbone": backbone, "weights": (weights.strip() or None) if needs_weights else None}
+    c4.text_input("weights file (torchvision/timm)", _default("f_weights", ""), key="f_weights",
+                  disabled=not catalog.BACKBONES[backbone].needs_weights)
 
 
 LR_LABELS = {"lr_lp": "LR (LP)", "lr_ft": "LR (FT)"}
 LR_PHASES = {"lr_lp": ("LP", "linear-probing"), "lr_ft": ("FT", "fine-tuning")}  # toggles sit in narrow columns
 
 
-def _lr_widget(box, field: str):
+def _lr_widget(box, field: str) -> None:
     """A learning rate: "auto" (chosen on public data, the default) or a number the user types."""
     short, phase = LR_PHASES.get(field, (field, field))
     auto = box.toggle(f"{short} auto", value=_default(f"f_{field}_auto", True), key=f"f_{field}_auto",
                       help=f"Learning rate of the {phase} phase. On (auto): chosen for this ε, B, epochs and "
                            "strategy on public data only (no privacy spent); off: the number typed below.")
-    value = box.number_input(LR_LABELS.get(field, field), None, None, _default(f"f_{field}", autotune.DEFAULTS[field]),
-                             format="%.4g", key=f"f_{field}", disabled=auto, label_visibility="collapsed")
-    return AUTO if auto else value
+    box.number_input(LR_LABELS.get(field, field), None, None, _default(f"f_{field}", autotune.DEFAULTS[field]),
+                     format="%.4g", key=f"f_{field}", disabled=auto, label_visibility="collapsed")
 
 
 FORM_KEYS = {"batch_size": "f_batch", "clip_norm": "f_clip"}  # the others: f_<field>
+TASK_FIELDS = sorted({f for t in tasks.TASKS.values() for f in t.fields} | {"epochs"})
+"""The fields a task button sets: every field some task sets (the default's value where this task sets none),
+so that switching tasks leaves nothing of the previous one behind; the rest of the form is the user's."""
+
+
+def _key(field: str) -> str:
+    return FORM_KEYS.get(field, f"f_{field}")
 
 
 def _load_task(name: str) -> None:
-    """Button callback: the task's fields become the form's (the widgets redraw from them); the rest resets."""
-    defaults = st.session_state.setdefault("_form_defaults", {})
-    for key in [k for k in st.session_state if str(k).startswith("f_")]:
-        del st.session_state[key]
-    defaults.clear()
-    st.query_params.clear()  # the form's old fields must not come back from the URL
-    for field, value in tasks.task_fields(name).items():
-        defaults[FORM_KEYS.get(field, f"f_{field}")] = value
+    """Task button callback: every field a task implies becomes this task's value (or the default), through the
+    session state, so the browser shows it (`_default`). The strategy, budget, rates and the rest are kept;
+    the epochs rise to the fewest the chosen strategy needs (`tasks.with_task`)."""
+    held = _sync_held()
+    strategy = held.get("f_strategy", "lp-fft")
+    fields = {**{f: D[f].default for f in TASK_FIELDS}, **tasks.task_fields(name)}
+    fields["epochs"] = tasks.with_task(name, {"strategy": strategy}).get("epochs", fields["epochs"])
+    for field, value in fields.items():
+        held[_key(field)] = st.session_state[_key(field)] = value
 
 
 def render_task_picker() -> None:
@@ -168,28 +199,27 @@ def render_task_picker() -> None:
                    use_container_width=True)
 
 
-def _size_widgets(dataset: str) -> dict:
+def _size_widgets(dataset: str) -> None:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
     c1, c2, c3, c4, c5 = st.columns([1, 1, 1, 1, 1])
-    size = int(c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
-                               key="f_train_size", help="a fixed class-stratified subset of this many training "
-                               "examples, the same for every seed (n for the accountant)"))
-    length = int(c2.number_input("tokens per text", None, None, _default("f_max_length", D["max_length"].default),
-                                 8, key="f_max_length", disabled=not text,
-                                 help="text: longer texts are cut, shorter ones padded (padding is masked)"))
-    prec = c3.selectbox("precision", PRECISIONS, index=_index(PRECISIONS, "f_precision"), key="f_precision",
-                        help="the forward and backward's arithmetic; per-sample norms, clipping, noise and "
-                        "weights stay FP32, so ε is the same (tf32: CUDA only, fp32 on a CPU)")
-    keep = c4.selectbox("store keeps", KEEP_WEIGHTS, index=_index(KEEP_WEIGHTS, "f_keep_weights"),
-                        key="f_keep_weights", help="checkpoints: the weights at every feature checkpoint (the "
-                        "curvature analyses reload them) and the final model; final: the final model only; none: "
-                        "metrics and features only (a real backbone's trained weights are 43–90 MB a copy)")
+    c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
+                    key="f_train_size", help="a fixed class-stratified subset of this many training "
+                    "examples, the same for every seed (n for the accountant)")
+    c2.number_input("tokens per text", None, None, _default("f_max_length", D["max_length"].default),
+                    8, key="f_max_length", disabled=not text,
+                    help="text: longer texts are cut, shorter ones padded (padding is masked)")
+    c3.selectbox("precision", PRECISIONS, index=_index(PRECISIONS, "f_precision"), key="f_precision",
+                 help="the forward and backward's arithmetic; per-sample norms, clipping, noise and "
+                 "weights stay FP32, so ε is the same (tf32: CUDA only, fp32 on a CPU)")
+    c4.selectbox("store keeps", KEEP_WEIGHTS, index=_index(KEEP_WEIGHTS, "f_keep_weights"),
+                 key="f_keep_weights", help="checkpoints: the weights at every feature checkpoint (the "
+                 "curvature analyses reload them) and the final model; final: the final model only; none: "
+                 "metrics and features only (a real backbone's trained weights are 43–90 MB a copy)")
     if (cores := local_devices()) > 1:  # one run over several local processes (torchrun); not a config field
         c5.number_input("processes", 1, cores, _default("f_processes", 1), 1, key="f_processes",
                         help=f"train this run on up to {cores} local processes at once (torch.distributed: each "
                         "holds a shard of every batch; the same steps and ε as one process)")
-    return {"train_size": size, "precision": prec, "keep_weights": keep, **({"max_length": length} if text else {})}
 
 
 def local_devices() -> int:
@@ -208,29 +238,63 @@ def local_devices() -> int:
 
 def processes() -> int:
     """The form's "processes" (1 where the field is not shown)."""
-    return int(st.session_state.get("f_processes", 1) or 1)
+    return int(_sync_held().get("f_processes", 1) or 1)
 
 
-def _training_widgets(strategy: str) -> dict:
+def _training_widgets(strategy: str) -> None:
     """Shared training fields, and the learning rates the strategy declares."""
     lrs = strategies.get(strategy).lr_fields
     c = st.columns([1, 1] + [1.4] * len(lrs) + [1, 1, 1, 1])  # a rate's toggle, its label and help need the room
-    out = {
-        "epochs": int(c[0].number_input("epochs", None, None, _default("f_epochs", D["epochs"].default), key="f_epochs")),
-        "batch_size": int(c[1].number_input("batch size B", None, None, _default("f_batch", D["batch_size"].default),
-                                            key="f_batch")),
-        **{f: _lr_widget(c[2 + i], f) for i, f in enumerate(lrs)},
-    }
+    c[0].number_input("epochs", None, None, _default("f_epochs", D["epochs"].default), key="f_epochs")
+    c[1].number_input("batch size B", None, None, _default("f_batch", D["batch_size"].default), key="f_batch")
+    for i, f in enumerate(lrs):
+        _lr_widget(c[2 + i], f)
     c = c[2 + len(lrs):]
-    out.update({
-        "clip_norm": c[0].number_input("clip norm C", None, None, _default("f_clip", D["clip_norm"].default),
-                                       format="%.4g", key="f_clip"),
-        "optimizer": c[1].selectbox("optimizer", OPTIMIZERS, index=_index(OPTIMIZERS, "f_optimizer"), key="f_optimizer"),
-        "seed": int(c[2].number_input("seed", None, None, _default("f_seed", 0), key="f_seed")),
-        "clipping": c[3].selectbox("clipping", CLIPPINGS, index=_index(CLIPPINGS, "f_clipping"), key="f_clipping",
-                                   help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)"),
-    })
-    return out
+    c[0].number_input("clip norm C", None, None, _default("f_clip", D["clip_norm"].default), format="%.4g",
+                      key="f_clip")
+    c[1].selectbox("optimizer", OPTIMIZERS, index=_index(OPTIMIZERS, "f_optimizer"), key="f_optimizer")
+    c[2].number_input("seed", None, None, _default("f_seed", 0), key="f_seed")
+    c[3].selectbox("clipping", CLIPPINGS, index=_index(CLIPPINGS, "f_clipping"), key="f_clipping",
+                   help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)")
+
+
+def _get(held: dict, field: str):
+    return held.get(_key(field), D[field].default)
+
+
+def fields_of(held: dict) -> dict:
+    """The `RunConfig` fields that the form's ``held`` values (widget key → value) show: the one mapping that
+    the info box, the URL and Launch read. The chosen strategy's own fields and rates only; a field the
+    dataset or backbone disables is left out (its text is kept in the form, not launched)."""
+    strategy = held.get("f_strategy", "lp-fft")
+    cls = strategies.get(strategy)
+    data = catalog.DATASETS[held.get("f_dataset", D["dataset"].default)]
+    backbone = catalog.BACKBONES[held.get("f_backbone", D["backbone"].default)]
+    eps = held.get("f_epsilon", 1.0)
+    lrs = {f: AUTO if held.get(f"f_{f}_auto", True) else held.get(f"f_{f}", autotune.DEFAULTS[f])
+           for f in cls.lr_fields}
+    own = {p.name: (int if p.kind == "int" else (lambda v: v) if p.kind == "choice" else float)(_get(held, p.name))
+           for p in cls.params}
+    return {"epsilon": math.inf if eps == NO_PRIVACY else eps, "delta": held.get("f_delta", 1e-5),
+            "accountant": _get(held, "accountant"), "strategy": strategy, **own,
+            "dataset": data.name, "data_dir": (held.get("f_data_dir", "").strip() or None) if data.takes_data_dir else None,
+            "backbone": backbone.name,
+            "weights": (held.get("f_weights", "").strip() or None) if backbone.needs_weights else None,
+            "train_size": int(_get(held, "train_size")), "precision": _get(held, "precision"),
+            "keep_weights": _get(held, "keep_weights"),
+            **({"max_length": int(_get(held, "max_length"))} if data.modality == "text" else {}),
+            "epochs": int(_get(held, "epochs")), "batch_size": int(_get(held, "batch_size")), **lrs,
+            "clip_norm": _get(held, "clip_norm"), "optimizer": _get(held, "optimizer"),
+            "seed": int(_get(held, "seed")), "clipping": _get(held, "clipping")}
+
+
+def shown_config() -> RunConfig | None:
+    """The configuration the form shows now, read from the widgets' state (a button callback's view: what the
+    browser sent with the click, never the config an earlier run of the page drew); None when it is refused."""
+    try:
+        return RunConfig(**fields_of(_sync_held()))
+    except DpvizError:
+        return None
 
 
 def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
@@ -241,13 +305,14 @@ def render_run_form(cache_dir=None) -> tuple[RunConfig | None, dict | None]:
     """
     st.session_state[_URL] = {}
     render_task_picker()
-    privacy = _privacy_widgets()
-    strategy = _strategy_widgets()
-    model = _model_widgets()
-    fields = {**privacy, **strategy, **model, **_size_widgets(model["dataset"]), **_training_widgets(strategy["strategy"])}
+    _privacy_widgets()
+    _strategy_widgets()
+    _model_widgets()
+    _size_widgets(_held()["f_dataset"])
+    _training_widgets(_held()["f_strategy"])
     _write_url()
     try:
-        cfg = RunConfig(**fields)
+        cfg = RunConfig(**fields_of(_held()))
         prev = _preview(cfg.to_json())
     except DpvizError as e:
         from .layout import input_error  # the one error box: names the field once

@@ -21,9 +21,16 @@ def _launch(cfgs, what: str) -> None:
 
     jm = state.job_manager()
     n = forms.processes() if len(cfgs) == 1 else 1  # a page's batch of runs: one process each
+    before = {id(j): j.joined for j in jm.jobs.values()}
     jobs = [jm.submit(c, processes=n) for c in cfgs]
+    joined = [j for j in jobs if j.joined > before.get(id(j), 0)]
     st.session_state["watch"] = jobs[-1].job_id
-    st.session_state.setdefault("launched_jobs", []).extend(j.job_id for j in jobs)
+    launched = st.session_state.setdefault("launched_jobs", [])
+    launched.extend(j.job_id for j in jobs if j.job_id not in launched)
+    if joined:  # the same configuration is queued, training or stored: one job, one spend of ε
+        what = (f"{len(joined)} of these configurations " if len(jobs) > 1 else "This configuration ") + \
+            "already has a job here: joined it (" + ", ".join(f"{j.run_id or 'job ' + str(j.job_id)} "
+                                                           f"{jm.state(j)['phase']}" for j in joined) + ")"
     st.session_state["_toast"] = what
 
 
@@ -32,9 +39,18 @@ def toast_launched() -> None:
         st.toast(what)
 
 
-def render_launch(cfg) -> None:
-    st.button("Launch run", type="primary", key="launch", on_click=_launch,
-              args=([cfg], f"Launched {cfg.strategy} at ε = {cfg.epsilon:g} in the background"))
+def _launch_shown() -> None:
+    """Launch's callback: the configuration the form shows at the click, read from the widgets' state that
+    the click carried (a slider moved a moment before is in it), never one an earlier run of the page drew."""
+    from . import forms
+
+    if (cfg := forms.shown_config()) is not None:  # refused: the page's rerun shows the form's error box
+        _launch([cfg], f"Launched {cfg.strategy} at ε = {cfg.epsilon:g} in the background")
+
+
+def render_launch() -> None:
+    """The form's Launch button (drawn only under a config the form accepts)."""
+    st.button("Launch run", type="primary", key="launch", on_click=_launch_shown)
     toast_launched()
 
 
@@ -89,11 +105,12 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
             now = jm.state(job)
             acc = job.last.get("test_accuracy")
             text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · {now['text']}"
-                    + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else ""))
+                    + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else "")
+                    + (f" · launched {job.joined + 1}×, trained once" if job.joined else ""))
             render_progress(c1, now["fraction"], text, figures.color(job.cfg.strategy))
             if not job.done and c2.button("Cancel", key=f"{key}-cancel-{job.job_id}"):
                 job.cancel()
-        ids = [j.run_id for j in jobs if j.run_id]
+        ids = list(dict.fromkeys(j.run_id for j in jobs if j.run_id))  # a run twice would draw back to its start
         if ids and curves:
             df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
             cols = st.columns(len(LIVE_METRICS))

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .config import RunConfig
-from .errors import Cancelled
+from .errors import Cancelled, StoreError
 from .runner import run
 from .store import Store
 
@@ -44,6 +44,8 @@ class Job:
     summary: dict | None = None
     error: str | None = None
     processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.distributed`)
+    joined: int = 0  # later submits of the same config that joined this job instead of training it again
+    cached: bool = False  # answered from the store: an identical run had finished before
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     future: Future | None = field(default=None, repr=False)
 
@@ -83,11 +85,32 @@ class JobManager:
         self._ids = itertools.count(1)
 
     def submit(self, cfg: RunConfig, *, force: bool = False, processes: int = 1) -> Job:
-        """Queue ``cfg``; ``processes`` > 1 trains it as one run over that many local processes."""
+        """Queue ``cfg``, or join the job of the same config that is queued, training or finished here
+        (its ``joined`` counts the joins): one configuration never trains twice at once, which would spend
+        its ε twice. ``force`` always queues a new job; ``processes`` > 1 trains it as one run over that many
+        local processes."""
+        if not force and (same := self.same(cfg)) is not None:
+            same.joined += 1
+            return same
         job = Job(next(self._ids), cfg, processes=max(1, int(processes)))
         self.jobs[job.job_id] = job
         job.future = self.pool.submit(self._work, job, force)
         return job
+
+    def same(self, cfg: RunConfig) -> Job | None:
+        """The newest job of ``cfg`` that is queued, running, or finished with its run still in the store."""
+        for job in sorted(self.jobs.values(), key=lambda j: -j.job_id):
+            if job.cfg != cfg or job.status in ("failed", "cancelled"):
+                continue
+            if not job.done or (job.run_id and self._finished(job.run_id)):
+                return job
+        return None
+
+    def _finished(self, run_id: str) -> bool:
+        try:
+            return self.store.get_run(run_id)["status"] == "finished"
+        except StoreError:  # deleted since: launching it again trains it again
+            return False
 
     def state(self, job: Job) -> dict:
         """What ``job`` waits for, as {"phase", "text", "fraction"}: queued (its place in the queue), preparing,
@@ -108,7 +131,8 @@ class JobManager:
         if job.phase == "training":
             return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps or '?'})",
                     "fraction": frac}
-        return {"phase": job.phase, "text": job.status, "fraction": 1.0 if job.status == "finished" else frac}
+        text = "finished (answered from the store: this configuration had trained before)" if job.cached else job.status
+        return {"phase": job.phase, "text": text, "fraction": 1.0 if job.status == "finished" else frac}
 
     def _work(self, job: Job, force: bool) -> None:
         if job.cancel_event.is_set():  # cancelled while queued
@@ -140,7 +164,10 @@ class JobManager:
                                   cancel=job.cancel_event, on_start=started,
                                   on_checkpoint=self._unattended if self.analyses else None,
                                   search_progress=searching)
-            job.status = "finished"
+            job.status, job.cached = "finished", bool(job.summary.get("cached"))
+            if job.cached:  # no step reported: the row shows what the stored run reached
+                job.step = job.total_steps = job.summary.get("total_steps") or 0
+                job.last = {k: job.summary.get(k) for k in ("test_accuracy", "epsilon_spent")}
         except Cancelled:
             job.status = "cancelled"
         except BaseException as e:

@@ -18,7 +18,7 @@ Learning rates on **auto** follow ε, B, the epochs and the strategy: they were 
 st.subheader("1 · Configure")
 cfg, prev = forms.render_run_form(state.store().root)
 if cfg is not None:
-    runs.render_launch(cfg)
+    runs.render_launch()
 
 st.subheader("2 · Watch")
 runs.render_live()  # reruns the page when a run is stored or ends: the table below follows the store
