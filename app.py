@@ -22,5 +22,7 @@ if not (address == "localhost" or address == "::1" or address.startswith("127.")
              "set DPVIZ_ALLOW_REMOTE=1 to serve beyond it anyway.")
     st.stop()
 
-pages = [st.Page(script, title=title, icon=icon, default=i == 0) for i, (script, title, icon) in enumerate(PAGES)]
+# No icon here: a page's icon becomes the tab's favicon, which Streamlit fetches from fonts.gstatic.com for a
+# Material icon (the sidebar's links draw theirs from the bundled font); `layout.page_setup` sets an emoji.
+pages = [st.Page(script, title=title, default=i == 0) for i, (script, title, _) in enumerate(PAGES)]
 st.navigation(pages, position="hidden").run()

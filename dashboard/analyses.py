@@ -65,8 +65,9 @@ def analysed_runs() -> dict[str, str]:
     trials (`results.offered`); never an "auto" search's trial (`results.shown_runs`), so no page's default
     selection is one, nor a sweep's point while the user has runs of their own."""
     store = state.store()
-    return {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in results.offered(results.shown_runs(store))
-            if store.feature_steps(r["run_id"])}
+    runs = [r for r in results.offered(results.shown_runs(store)) if store.feature_steps(r["run_id"])]
+    labels = results.run_labels(runs)
+    return {r["run_id"]: f"{labels[r['run_id']]} · {r['status']}" for r in runs}
 
 
 def launch_preset(name: str, label: str) -> None:

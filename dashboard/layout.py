@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import streamlit as st
@@ -35,7 +36,7 @@ def page_setup(title: str, intro: str, *, follow: bool = True) -> None:
     `app.py` has run still gets the shared sidebar. ``follow``: the page lists or picks stored runs, so it
     reruns whenever a run is stored or ends, whoever ran it (`render_sidebar`).
     """
-    st.set_page_config(page_title=f"dpviz · {title}", page_icon=":material/lock:", layout="wide")
+    st.set_page_config(page_title=f"dpviz · {title}", page_icon="🔒", layout="wide")
     state.umap_warmup()  # starts once per server, in the background
     render_sidebar(follow)
     st.title(title)
@@ -77,12 +78,18 @@ def _render_job_count(jm, follow: bool) -> None:
     count()
 
 
+def plain(text: str) -> str:
+    """``text`` shown as written in a Markdown element: a `*` or `_` in a path is not emphasis, `$` no formula."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~<>$])", r"\\\1", str(text))
+
+
 def input_error(e: Exception) -> None:
-    """An error box naming the field that bad input was for, once (a `ConfigError` already starts with it)."""
+    """An error box naming the field that bad input was for, once (a `ConfigError` already starts with it); the
+    message is plain text (a path or value in it is shown as typed)."""
     field, msg = getattr(e, "field", None) or "input", str(e)
     if msg.startswith(f"{field}:"):
         msg = msg[len(field) + 1:].strip()
-    st.error(f"**{field}** — {msg}", icon=":material/error:")
+    st.error(f"**{plain(field)}** — {plain(msg)}", icon=":material/error:")
 
 
 def reading(text: str) -> None:
@@ -101,10 +108,11 @@ def render_task(t: dict, unit: str, what: str) -> None:
     def progress():
         if state.running(t):
             frac = t["done"] / t["total"] if t["total"] else 0.0
-            st.progress(frac, text=f"{t['done']} of {t['total'] or '?'} {unit} · {t['label'] or 'starting'}")
+            st.progress(frac, text=f"{t['done']} of {t['total']} {unit} · {t['label'] or 'starting'}" if t["total"]
+                        else f"starting the {what} (loading what it needs)")
         elif was_running:
             st.rerun()
         elif t["error"]:
-            st.error(f"The {what} stopped: {t['error']}", icon=":material/error:")
+            st.error(f"The {what} stopped: {plain(t['error'])}", icon=":material/error:")
 
     progress()

@@ -7,10 +7,14 @@
 
 import warnings
 
-from .config import RunConfig
-from .errors import ConfigError, DpvizError
-from .runner import run
-from .store import Store
+from . import threads
+
+threads.set_wait_policy()  # before anything imports torch: libgomp reads it once, at load
+
+from .config import RunConfig  # noqa: E402
+from .errors import ConfigError, DpvizError  # noqa: E402
+from .runner import run  # noqa: E402
+from .store import Store  # noqa: E402
 
 # Opacus warns on every RDP evaluation whose best order is the largest one, and
 # that GDP is experimental (said once in the docs instead).

@@ -18,14 +18,65 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 
 from .config import RunConfig
 from .errors import Cancelled, StoreError
 from .runner import run
 from .store import Store
+
+
+_IMPORTS = threading.Lock()
+STOP_WAIT_S = 5.0  # how long a stopping process waits for its runs to reach a step boundary
+
+
+class _Pool:
+    """A fixed pool of daemon threads with `concurrent.futures` futures. Daemon, so that a process asked to
+    stop never waits minutes for a run still loading its backbone: `JobManager.interrupt` stores its runs as
+    interrupted first (ThreadPoolExecutor's threads are joined at exit, whatever they are doing)."""
+
+    def __init__(self, workers: int, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        if self._closed:
+            raise RuntimeError("cannot submit to a pool that was shut down")
+        future = Future()
+        self._queue.put((future, fn, args, kwargs))
+        return future
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():  # False: cancelled while queued
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # noqa: BLE001 - the future carries it to whoever waits
+                    future.set_exception(e)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
 
 
 @dataclass
@@ -77,12 +128,15 @@ class JobManager:
         # a registry that only lists jobs (the dashboard's first page) never imports torch
         self.torch_threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
         self.max_workers = workers  # runs that train at once
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dpviz-job")
+        self.pool = _Pool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
-        self.analysis_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-analysis")
-        self.curvature_pool = ThreadPoolExecutor(1, thread_name_prefix="dpviz-curvature")
+        self.analysis_pool = _Pool(1, "dpviz-analysis")
+        self.curvature_pool = _Pool(1, "dpviz-curvature")
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
+        # when the process ends (a server stopped by SIGTERM or Ctrl-C: its main thread returns), before
+        # Python joins threads: runs in flight are stored interrupted, resumable, within seconds
+        getattr(threading, "_register_atexit", lambda f: None)(self.interrupt)
 
     def submit(self, cfg: RunConfig, *, force: bool = False, processes: int = 1) -> Job:
         """Queue ``cfg``, or join the job of the same config that is queued, training or finished here
@@ -107,10 +161,7 @@ class JobManager:
         return None
 
     def _finished(self, run_id: str) -> bool:
-        try:
-            return self.store.get_run(run_id)["status"] == "finished"
-        except StoreError:  # deleted since: launching it again trains it again
-            return False
+        return self._status(run_id) == "finished"  # deleted since (None): launching it again trains it again
 
     def state(self, job: Job) -> dict:
         """What ``job`` waits for, as {"phase", "text", "fraction"}: queued (its place in the queue), preparing,
@@ -128,9 +179,11 @@ class JobManager:
             return {"phase": "searching", "text": f"searching learning rates on public data ({k} of {n})",
                     "fraction": (k - 1) / n if n else 0.0}
         frac = min(job.step / job.total_steps, 1.0) if job.total_steps else 0.0
+        if job.phase == "training" and not job.step:  # a real backbone's first pass takes a while: say so
+            return {"phase": "training", "text": "first step (the first forward and backward load and warm up "
+                    "the model; a pretrained backbone takes longest)", "fraction": 0.0}
         if job.phase == "training":
-            return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps or '?'})",
-                    "fraction": frac}
+            return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps})", "fraction": frac}
         text = "finished (answered from the store: this configuration had trained before)" if job.cached else job.status
         return {"phase": job.phase, "text": text, "fraction": 1.0 if job.status == "finished" else frac}
 
@@ -139,6 +192,10 @@ class JobManager:
             job.status = job.phase = "cancelled"
             return
         job.phase = "preparing"
+        with _IMPORTS:  # two workers' first imports of torch/opacus at once deadlock on Python's module locks
+            import opacus  # noqa: F401
+
+            from . import calibration, execute  # noqa: F401
         if self.torch_threads:
             import torch
 
@@ -199,6 +256,29 @@ class JobManager:
             done = Future()   # a page computes a missing analysis on demand later
             done.set_result(None)
             return done, done
+
+    def interrupt(self, timeout: float = STOP_WAIT_S) -> list[str]:
+        """Stop every job as a process that is asked to end does: queued ones never start, training stops at
+        its next step (waiting at most ``timeout`` seconds), and each run in flight is stored ``interrupted``
+        — resumable from its last checkpoint with ``python -m dpviz run --resume`` — not cancelled by a user.
+        Returns the interrupted run ids."""
+        active = self.active()
+        for job in active:
+            job.cancel()
+        wait_for([j.future for j in active if j.future is not None], timeout=timeout)
+        out = []
+        for job in active:
+            if job.run_id and self._status(job.run_id) in ("running", "queued", "cancelled"):
+                self.store.finish_run(job.run_id, "interrupted", error="the server running it stopped before it "
+                                      "finished; `python -m dpviz run --resume` goes on from its last checkpoint")
+                out.append(job.run_id)
+        return out
+
+    def _status(self, run_id: str) -> str | None:
+        try:
+            return self.store.get_run(run_id)["status"]
+        except StoreError:
+            return None
 
     def cancel(self, job_id: int) -> None:
         self.jobs[job_id].cancel()

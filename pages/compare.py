@@ -14,7 +14,8 @@ mean ± one standard deviation bands. The table lists each run's final test accu
 store = state.store()
 picked = st.session_state.get("selected_runs", [])  # chosen on the Runs page (search runs too, if shown there)
 all_runs = [r for r in store.list_runs() if r["kind"] != "search" or r["run_id"] in picked]
-labels = {r["run_id"]: results.run_label(r) + f" · {r['status']}" for r in results.offered(all_runs)}
+names = results.run_labels(all_runs)  # each names what tells it apart from the others (p, lr, seed, dataset…)
+labels = {r["run_id"]: f"{names[r['run_id']]} · {r['status']}" for r in results.offered(all_runs)}
 default = [r for r in picked if r in labels] or list(labels)[:3]
 chosen = runs.pick_runs(labels, default, "cmp_runs")
 metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS).index("test_accuracy"),

@@ -35,6 +35,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def server(cache_dir: Path, log: Path):
     """A fresh Streamlit server on the dashboard; yields its base URL."""
+    with server_process(cache_dir, log) as (_, url):
+        yield url
+
+
+@contextlib.contextmanager
+def server_process(cache_dir: Path, log: Path):
+    """A fresh Streamlit server on the dashboard; yields (its process, its base URL)."""
     port = free_port()
     env = dict(os.environ, DPVIZ_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
     env.setdefault("DPVIZ_UMAP_WARMUP", "0")  # numba's compile would compete with what is measured
@@ -48,7 +55,7 @@ def server(cache_dir: Path, log: Path):
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             time.sleep(0.2)
-        yield url
+        yield proc, url
     finally:
         proc.terminate()
         try:

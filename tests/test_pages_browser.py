@@ -55,6 +55,20 @@ HEIGHT_JS = """() => Math.max(document.body.scrollHeight, ...[...document.queryS
     '[data-testid="stMain"], [data-testid="stAppViewContainer"], section.main, .main')].map(e => e.scrollHeight))"""
 
 
+# Every URL a page asked for or points its resources at (link/script/img/… and the favicon Streamlit sets),
+# collected over the walk: the dashboard must work offline and leak no request beyond loopback.
+REQUESTS: set[str] = set()
+RESOURCES_JS = """() => [...document.querySelectorAll('link[href], script[src], img[src], iframe[src], source[src], '
+    + 'video[src], audio[src], embed[src]')].map(e => e.href || e.src)"""
+
+
+def beyond_loopback(urls) -> list[str]:
+    from urllib.parse import urlsplit
+
+    return sorted(u for u in urls if urlsplit(u).scheme in ("http", "https", "ws", "wss")
+                  and urlsplit(u).hostname not in ("127.0.0.1", "localhost", "::1"))
+
+
 def screenshot_dir() -> Path:
     d = Path(os.environ.get("DPVIZ_SCREENSHOTS") or ROOT / "tests" / "screenshots")
     d.mkdir(parents=True, exist_ok=True)
@@ -139,12 +153,14 @@ def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
     shots, seen = screenshot_dir(), {}
     with browser() as b, server(cache_dir, shots / "server.log") as url:
         page = b.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        page.on("request", lambda r: REQUESTS.add(r.url))
         page.goto(url, timeout=60000)
         page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=90000)
         for n, (_, title, _) in enumerate(PAGES):
             page.get_by_role("link", name=title).first.click()
             page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60000)
             settle(page)
+            REQUESTS.update(page.evaluate(RESOURCES_JS))
             path = shots / f"{n:02d}-{slug(title)}.png"
             full_page_screenshot(page, path)
             seen[title] = {
@@ -184,3 +200,16 @@ def test_every_figure_of_several_traces_has_a_legend(visits):
     rows = [f"{title}, figure {f['index']} {f['title']!r}: {m}" for title, v in visits.items()
             for f in v["figures"] if (m := missing_legend(f))]
     assert not rows, report(rows)
+
+
+def test_no_page_asks_anything_beyond_loopback(visits):
+    """No request and no resource of any page (the favicon included) goes to another host: the dashboard
+    works offline and tells nobody what it shows."""
+    assert REQUESTS, "no request was recorded"
+    outside = beyond_loopback(REQUESTS)
+    assert not outside, report(outside)
+
+
+def test_the_loopback_check_sees_a_request_to_another_host():
+    assert beyond_loopback(["http://127.0.0.1:8501/x", "data:image/svg+xml,<svg/>",
+                            "https://fonts.gstatic.com/s/i/lock.svg"]) == ["https://fonts.gstatic.com/s/i/lock.svg"]

@@ -21,7 +21,9 @@ def _title(metric: str, df: pd.DataFrame) -> str:
     name = axis_label(metric).split(" (")[0]
     if name[:1].isascii() and not name[1:2].isupper():  # keep "kNN"; ε stays lowercase
         name = name[:1].upper() + name[1:]
-    return f"{name} vs step, ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+    title = f"{name} vs step, ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
+    datasets = sorted({str(d) for d in df["dataset"]}) if "dataset" in df else []
+    return title + (f"<br>runs on different datasets: {', '.join(datasets)}" if len(datasets) > 1 else "")
 
 
 def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:

@@ -18,7 +18,7 @@ from .analyses import (analysis_curves, cached_analysis, embedding_frames, embed
 from .curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
                         curvature_table)
 from .runs import (CURVE_METRICS, best_run_reading, budget_reading, caption, curves, final_table, group_key,
-                   matching_run, offered, run_label, runs_of, seed_bands, shown_runs, stored_ids, switch_step)
+                   matching_run, offered, run_label, run_labels, runs_of, seed_bands, shown_runs, stored_ids, switch_step)
 from .sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_time_ms, step_time_reading
 
 __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis_curves", "batch_prediction_reading",
@@ -26,5 +26,5 @@ __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis
            "curves", "embedding_frames", "embedding_table", "feature_texts", "final_table", "group_key",
            "knn_dip_reading", "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of",
            "offered", "profile_table",
-           "run_label", "runs_of", "seed_bands", "shown_runs", "sparse_mask", "sparse_verdict", "step_time_ms",
+           "run_label", "run_labels", "runs_of", "seed_bands", "shown_runs", "sparse_mask", "sparse_verdict", "step_time_ms",
            "step_time_reading", "stored_ids", "switch_step"]

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..store import Store
-from .runs import group_key, run_label
+from .runs import group_key, run_labels
 
 def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> pd.DataFrame:
     """Cached scalar ``field`` of analysis ``name`` per checkpoint, in `curves`' long format.
@@ -24,6 +24,7 @@ def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> 
     ``missing`` lists (run_id, step) pairs not analysed yet.
     """
     rows, missing = [], []
+    labels = run_labels([store.get_run(rid) for rid in run_ids])
     for rid in run_ids:
         run = store.get_run(rid)
         c = run["config"]
@@ -32,7 +33,7 @@ def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> 
             if res is None:
                 missing.append((rid, step))
                 continue
-            rows.append((rid, run_label(run), c["strategy"], c["epsilon"], c["seed"], group_key(c), step,
+            rows.append((rid, labels[rid], c["strategy"], c["epsilon"], c["seed"], group_key(c), step,
                          f"{name}_{field}", res[field]))
     cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
     df = pd.DataFrame(rows, columns=cols)
@@ -73,6 +74,7 @@ def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
         result is cached, and the (run_id, step) checkpoints of the others, to queue for analysis.
     """
     out, missing = [], []
+    labels = run_labels([store.get_run(rid) for rid in run_ids])
     for rid in run_ids:
         steps = store.feature_steps(rid)
         if not steps:
@@ -82,7 +84,7 @@ def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
             missing += [(rid, s) for s in steps]
             continue
         run = store.get_run(rid)
-        out.append({"label": run_label(run) + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
+        out.append({"label": labels[rid] + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
                     "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
                     "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"],
                     "unreadable": res.get("unreadable", "")})

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..store import Store
 from .analyses import cached_analysis
-from .runs import run_label
+from .runs import run_labels
 
 CURVATURE_FIELDS = ("trace", "stderr", "probes", "gtg", "gthg", "tr_h_sigma", "clip_factor", "dominant",
                     "lr_star", "improvement_star", "parameters")
@@ -28,6 +28,7 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
     table (run_id, step, block, trace, stderr) of the per-block traces.
     """
     rows, blocks, missing = [], [], []
+    labels = run_labels([store.get_run(rid) for rid in run_ids])
     for rid in run_ids:
         run = store.get_run(rid)
         for step in store.feature_steps(rid):
@@ -35,13 +36,13 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
             if res is None:
                 missing.append((rid, step))
                 continue
-            rows.append({"run_id": rid, "label": run_label(run), "strategy": run["config"]["strategy"],
+            rows.append({"run_id": rid, "label": labels[rid], "strategy": run["config"]["strategy"],
                          "epsilon": run["config"]["epsilon"], "step": step,
                          **{k: res[k] for k in CURVATURE_FIELDS}, **res["terms"],
                          "noise_multiplier": res["decelerator"]["noise_multiplier"],
                          "batch_size": res["decelerator"]["batch_size"],
                          "clip_norm": res["decelerator"]["clip_norm"]})
-            blocks += [{"run_id": rid, "label": run_label(run), "step": step, "block": b, **v}
+            blocks += [{"run_id": rid, "label": labels[rid], "step": step, "block": b, **v}
                        for b, v in res["blocks"].items()]
     df = pd.DataFrame(rows)
     df.attrs["missing"], df.attrs["blocks"] = missing, pd.DataFrame(blocks)

@@ -26,14 +26,53 @@ CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilo
 _VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
 
 
-def run_label(run: dict) -> str:
-    """Short human label: strategy, ε, and the run id (and its kind when not the user's own launch:
-    "· trial" for a study's trial, "· search" for an "auto" search's)."""
+LABEL_FIELDS = ("dataset", "backbone", "lp_fraction", "lr_lp", "lr_ft", "epochs", "batch_size", "clip_norm",
+                "train_size", "max_length", "sparsity", "selection", "tune_blocks", "lora_rank", "public_dataset",
+                "switch_step", "optimizer", "clipping", "accountant", "delta", "precision", "seed")
+"""The fields a label names when they differ among the runs shown, in this order."""
+SHORT = {"lp_fraction": "p", "batch_size": "B", "clip_norm": "C", "sparsity": "s", "tune_blocks": "k",
+         "lora_rank": "r", "delta": "δ", "lr_lp": "lr LP", "lr_ft": "lr FT", "train_size": "n"}
+
+
+def run_label(run: dict, fields: tuple = ("seed",)) -> str:
+    """Short human label: strategy (with lp-fft's p), ε, ``fields`` as name=value where the run's strategy
+    reads them, and the run id (and its kind when not the user's own launch: "· trial" for a study's trial,
+    "· search" for an "auto" search's)."""
     c = run["config"]
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
-    extra = f" p={c['lp_fraction']:g}" if c["strategy"] == "lp-fft" else ""
+    read = _read_fields(c["strategy"])
+    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in _OWN]
+    extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
     kind = run.get("kind", "user")
-    return f"{c['strategy']}{extra} ε={eps} seed={c['seed']} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
+    return f"{c['strategy']} ε={eps}{extra} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
+
+
+def run_labels(runs: list[dict]) -> dict[str, str]:
+    """Run id → label naming what tells the ``runs`` apart: strategy and ε, then every field of
+    `LABEL_FIELDS` whose value differs among them (lp-fft's p always), so that two runs of one strategy and ε
+    never share a label but for their ids."""
+    differ = tuple(f for f in LABEL_FIELDS if len({json.dumps(r["config"].get(f)) for r in runs}) > 1)
+    return {r["run_id"]: run_label(r, differ) for r in runs}
+
+
+def _value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _read_fields(strategy: str) -> set[str]:
+    """The strategy-specific fields ``strategy`` reads (a strategy no module registers: all of them)."""
+    from .. import strategies
+
+    try:
+        cls = strategies.get(strategy)
+        return set(cls.fields()) | set(cls.lr_fields)
+    except Exception:  # noqa: BLE001 - a plugin's strategy that is not loaded: name what differs
+        return set(_OWN)
+
+
+_OWN = frozenset({"lp_fraction", "sparsity", "selection", "tune_blocks", "lora_rank", "public_dataset", "switch_step",
+                  "lr_lp", "lr_ft"})
+"""Fields that belong to some strategies only: a label names them for a run whose strategy reads them."""
 
 
 def shown_runs(store: Store, *, search: bool = False) -> list[dict]:
@@ -51,22 +90,26 @@ def offered(runs: list[dict]) -> list[dict]:
 
 
 def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
-    """Long table: run_id, label, strategy, epsilon, seed, group, step, metric, value."""
+    """Long table: run_id, label (`run_labels` over the runs), strategy, epsilon, seed, group, dataset, step,
+    metric, value."""
     frames = []
-    for rid in run_ids:
-        run = store.get_run(rid)
+    runs = [store.get_run(rid) for rid in dict.fromkeys(run_ids)]  # a run twice would draw back to its start
+    labels = run_labels(runs)
+    for run in runs:
+        rid = run["run_id"]
         m = store.metrics(rid)
         rows = [(step, name, v) for name in metrics for step, v in m.get(name, []) if v is not None]
         df = pd.DataFrame(rows, columns=["step", "metric", "value"])
         c = run["config"]
         df.insert(0, "run_id", rid)
-        df.insert(1, "label", run_label(run))
+        df.insert(1, "label", labels[rid])
         df.insert(2, "strategy", c["strategy"])
         df.insert(3, "epsilon", c["epsilon"])
         df.insert(4, "seed", c["seed"])
         df.insert(5, "group", group_key(c))
+        df.insert(6, "dataset", c.get("dataset"))
         frames.append(df)
-    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "dataset", "step", "metric", "value"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 

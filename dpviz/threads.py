@@ -1,0 +1,36 @@
+"""How dpviz's processes wait for their CPU threads, so that a run keeps its speed on a shared machine.
+
+PyTorch's CPU kernels run on OpenMP threads (libgomp in the Linux wheels). Between two parallel regions
+libgomp lets each thread spin, by default for 300,000 turns, before it sleeps: on an idle machine that
+saves a wake-up, but as soon as the cores are shared — other programs, dpviz's own concurrent runs,
+analysis threads, search workers — spinning threads take the cores their siblings need, and a run slows
+5–20× instead of the 2× a fair share costs (``bench/bench_contention.py``). dpviz sets a short spin
+(``GOMP_SPINCOUNT=1000``) in its own environment at import, before torch loads, so every process it starts
+(torchrun ranks, detached analyses, sweep and scorecard workers) inherits it. A value the user set wins;
+the variable must be set before torch is first imported, so a notebook that imports torch before dpviz
+keeps libgomp's default (set it in the shell, or ``%env GOMP_SPINCOUNT=1000`` first).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SPIN = {"GOMP_SPINCOUNT": "1000"}
+"""libgomp's spin before a waiting thread sleeps (its default: 300000): measured in the README's contention
+table, it keeps an idle run's speed and two runs on two cores each near a fair share."""
+
+
+def set_wait_policy(environ=None) -> dict:
+    """Set dpviz's OpenMP wait policy in ``environ`` (default: this process's) where the user set none.
+
+    Returns:
+        {variable: value} of what this call set (empty when the user's own values stand, or when torch is
+        already imported and the setting would come too late for this process).
+    """
+    environ = os.environ if environ is None else environ
+    if environ is os.environ and "torch" in sys.modules:
+        return {}
+    chosen = {k: v for k, v in SPIN.items() if k not in environ}
+    environ.update(chosen)
+    return chosen

@@ -1,0 +1,109 @@
+"""Background jobs: one job per configuration, stored answers with their real curves, an interrupted server's
+runs left resumable; the wait policy every dpviz process starts with; labels that tell runs apart."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dpviz import resume, results
+from dpviz.jobs import JobManager
+from dpviz.store import Store
+from dpviz.threads import SPIN, set_wait_policy
+
+
+@pytest.mark.slow
+def test_a_config_launched_again_joins_its_job_and_a_stored_one_answers_with_its_curves(cache_dir, fast_cfg):
+    cfg = fast_cfg(strategy="lp-fft", lr_lp=0.5, lr_ft=0.01)
+    jm = JobManager(cache_dir, max_workers=2, analyses=False)
+    first = jm.submit(cfg)
+    again = jm.submit(cfg)  # queued or training: the same job, not a second spend of ε
+    assert again is first and first.joined == 1
+    first.wait(120)
+    assert jm.submit(cfg) is first and first.joined == 2  # finished and stored: still the one job
+    stored = Store(cache_dir).list_runs()
+    assert len(stored) == 1 and stored[0]["status"] == "finished"
+    other = JobManager(cache_dir, max_workers=1, analyses=False)  # another server: answered from the store
+    job = other.submit(cfg)
+    summary = job.wait(60)
+    assert summary["cached"] and job.cached and job.run_id == stored[0]["run_id"]
+    assert job.last["test_accuracy"] == summary["test_accuracy"] is not None
+    assert job.step == job.total_steps == stored[0]["total_steps"] > 0
+    assert "answered from the store" in other.state(job)["text"]
+    curve = results.curves(Store(cache_dir), [job.run_id, first.run_id], ["loss"])
+    assert len(curve) == len(Store(cache_dir).metrics(job.run_id, "loss")["loss"]) > 2  # each point once
+    assert list(curve["step"]) == sorted(curve["step"])  # never drawn back to its start
+    forced = jm.submit(cfg, force=True)  # asked for: a second run
+    forced.wait(120)
+    assert forced is not first and len(Store(cache_dir).list_runs()) == 2
+    for m in (jm, other):
+        m.shutdown()
+
+
+@pytest.mark.slow
+def test_an_interrupted_manager_stores_its_run_interrupted_and_resumable(cache_dir, fast_cfg):
+    cfg = fast_cfg(strategy="fft", epochs=300, lr_ft=0.01)
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    job = jm.submit(cfg)
+    store, deadline = Store(cache_dir), time.time() + 120
+    while time.time() < deadline and not (job.run_id and job.step > 0 and store.load_resume(job.run_id)):
+        time.sleep(0.2)
+    assert job.status == "running", job.status
+    t0 = time.time()
+    assert jm.interrupt(timeout=5) == [job.run_id]
+    assert time.time() - t0 < 6
+    run = store.get_run(job.run_id)
+    assert run["status"] == "interrupted" and "--resume" in run["error"]
+    found = resume.stopped(store, run["config_hash"])
+    assert found is not None and found[0] == job.run_id and 0 < found[1]["step"] < run["total_steps"]
+
+
+def test_dpviz_sets_a_short_openmp_spin_unless_the_user_set_one():
+    assert set_wait_policy({}) == SPIN
+    env = {"GOMP_SPINCOUNT": "50"}
+    assert set_wait_policy(env) == {} and env == {"GOMP_SPINCOUNT": "50"}
+    clean = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    probe = "import os, sys; import dpviz; print(os.environ.get('GOMP_SPINCOUNT'))"
+    late = "import os, torch, dpviz; print(os.environ.get('GOMP_SPINCOUNT'))"  # torch first: too late, unset
+    out = [subprocess.run([sys.executable, "-c", c], env=clean, capture_output=True, text=True).stdout.strip()
+           for c in (probe, late)]
+    assert out == [SPIN["GOMP_SPINCOUNT"], "None"]
+
+
+def test_labels_name_what_tells_the_runs_apart():
+    def run(rid, **c):
+        base = dict(strategy="lp-fft", epsilon=1.0, lp_fraction=0.3, seed=0, dataset="digits", backbone="cnn",
+                    lr_lp=0.5, lr_ft=0.01)
+        return {"run_id": rid, "kind": "user", "config": {**base, **c}}
+
+    runs = [run("a"), run("b", lp_fraction=0.6), run("c", seed=1), run("d", strategy="lp", lp_fraction=0.3)]
+    labels = results.run_labels(runs)
+    assert len({v.split(" [")[0] for v in labels.values()}) == 4, labels  # distinct without their ids
+    assert labels["b"].startswith("lp-fft ε=1 p=0.6") and "seed=1" in labels["c"]
+    assert "p=" not in labels["d"]  # lp reads no LP fraction
+    both = results.run_labels([run("a"), run("t", dataset="tweets", backbone="minilm")])
+    assert "dataset=tweets" in both["t"] and "backbone=minilm" in both["t"]
+    assert results.run_labels([run("a"), run("a2")])["a2"] == "lp-fft ε=1 p=0.3 [a2]"  # nothing differs
+
+
+def test_a_figure_over_runs_of_two_datasets_says_so():
+    import pandas as pd
+
+    from dpviz import figures
+
+    df = pd.DataFrame([dict(run_id=r, label=r, strategy="lp", epsilon=1.0, seed=0, group=r, dataset=d, step=s,
+                            metric="loss", value=1.0 / (s + 1)) for r, d in (("a", "digits"), ("b", "tweets"))
+                       for s in range(3)])
+    title = figures.metric_curves(df, "loss").layout.title.text
+    assert "runs on different datasets: digits, tweets" in title
+    assert "datasets" not in figures.metric_curves(df[df.dataset == "digits"], "loss").layout.title.text
+
+
+def test_an_error_message_is_shown_as_plain_text():
+    from dashboard.layout import plain
+
+    assert plain("/data/*/x_1.txt costs $5") == "/data/\\*/x\\_1\\.txt costs \\$5"
+    assert json.dumps(plain("ok")) == '"ok"'
