@@ -79,8 +79,9 @@ def _render_job_count(jm, follow: bool) -> None:
 
 
 def plain(text: str) -> str:
-    """``text`` shown as written in a Markdown element: a `*` or `_` in a path is not emphasis, `$` no formula."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~<>$])", r"\\\1", str(text))
+    """``text`` shown as written in a Markdown element: a `*` or a word-edge `_` in a path is not emphasis, `$`
+    no formula, `[…](…)` no link, `<…>` no tag (an underscore inside a word, as in field names, is kept)."""
+    return re.sub(r"[\\`*$\[\]<>|~]|(?<!\w)_|_(?!\w)", lambda m: "\\" + m.group(0), str(text))
 
 
 def input_error(e: Exception) -> None:

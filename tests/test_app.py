@@ -397,6 +397,8 @@ def test_job_states_say_queued_and_searching_k_of_n(cache_dir, monkeypatch):
     try:
         first = jm.submit(cfg)
         second = jm.submit(cfg.replace(strategy="lp", lr_lp=0.5))
+        while first.phase == "queued":  # until the one worker takes the first job
+            time.sleep(0.005)
         assert jm.state(second)["text"].startswith("queued (1 of 1 waiting")
         while not first.done:
             seen.append(jm.state(first)["text"])

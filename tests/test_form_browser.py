@@ -182,13 +182,12 @@ def test_a_dragged_slider_then_launch_at_once_and_again(page):
     """The LP fraction dragged with the mouse and Launch clicked at once, then again while the run is there:
     one run, as the thumb shows, and one Watch row that says it was launched twice."""
     page, cache, _ = page
-    thumb = page.locator('[data-testid="stSlider"]').nth(1).locator('[data-testid="stSliderThumbValue"]')
-    box = thumb.bounding_box()
-    track = page.locator('[data-testid="stSlider"]').nth(1).locator('[data-orientation="horizontal"]').nth(1)
-    tb = track.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] + 8)
+    thumb = page.locator('[data-testid="stSlider"]').nth(1).locator('input[type="range"]').locator("xpath=../..")
+    box, tb = thumb.bounding_box(), thumb.locator("xpath=..").bounding_box()  # the thumb and its track
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] / 2, y)
     page.mouse.down()
-    page.mouse.move(tb["x"] + 0.8 * tb["width"], box["y"] + box["height"] + 8, steps=8)
+    page.mouse.move(tb["x"] + 0.8 * tb["width"], y, steps=8)
     page.mouse.up()
     form, before = launch(page, cache)
     assert form["lp_fraction"] > 0.6, form["lp_fraction"]
@@ -207,6 +206,7 @@ def test_a_reload_in_between_keeps_the_form_and_launches_it(page):
     for _ in range(2):  # ε 1.0 → 2.0
         page.keyboard.press("ArrowRight")
     page.get_by_text("ε = 2, δ").first.wait_for(timeout=30000)
+    settled(page)  # fft's columns replace lp-fft's: until the redraw ends, the old seed box is there too
     seed = page.get_by_label("seed", exact=True)
     seed.fill("7")
     seed.press("Enter")

@@ -105,5 +105,5 @@ def test_a_figure_over_runs_of_two_datasets_says_so():
 def test_an_error_message_is_shown_as_plain_text():
     from dashboard.layout import plain
 
-    assert plain("/data/*/x_1.txt costs $5") == "/data/\\*/x\\_1\\.txt costs \\$5"
+    assert plain("/data/*/x_1.txt costs $5, _a_ [b](c)") == "/data/\\*/x_1.txt costs \\$5, \\_a\\_ \\[b\\](c)"
     assert json.dumps(plain("ok")) == '"ok"'
