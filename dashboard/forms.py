@@ -131,7 +131,7 @@ def _param_widget(box, p: strategies.Param) -> None:
 def _strategy_widgets() -> None:
     """The strategy and exactly the fields it declares (the others keep their held values)."""
     names = list(strategies.names())
-    c1, *rest = st.columns([2, 5])
+    c1, *rest = st.columns([2, 3])  # the strategy's name and label stay whole at 1024 px
     strategy = c1.selectbox("strategy", names, index=_index(names, "f_strategy", "lp-fft"), key="f_strategy",
                             format_func=lambda n: f"{n} — {strategies.get(n).label}")
     params = strategies.get(strategy).params
@@ -142,7 +142,8 @@ def _strategy_widgets() -> None:
 def _model_widgets() -> None:
     """Dataset and backbone; a field their choice disables is shown greyed with its text (kept for later, never
     read by the launch)."""
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2 = st.columns(2)  # two rows of two: a choice's label is never cut at 1024 px
+    c3, c4 = st.columns(2)
     dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), index=_index(catalog.DATASETS, "f_dataset"),
                            key="f_dataset", format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
     data = catalog.DATASETS[dataset]
@@ -202,7 +203,8 @@ def render_task_picker() -> None:
 def _size_widgets(dataset: str) -> None:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
-    c1, c2, c3, c4, c5 = st.columns([1, 1, 1, 1, 1])
+    c1, c2, c3 = st.columns(3)
+    c4, c5, _ = st.columns(3)
     c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
                     key="f_train_size", help="a fixed class-stratified subset of this many training "
                     "examples, the same for every seed (n for the accountant)")
@@ -244,12 +246,12 @@ def processes() -> int:
 def _training_widgets(strategy: str) -> None:
     """Shared training fields, and the learning rates the strategy declares."""
     lrs = strategies.get(strategy).lr_fields
-    c = st.columns([1, 1] + [1.4] * len(lrs) + [1, 1, 1, 1])  # a rate's toggle, its label and help need the room
+    c = st.columns([1, 1] + [1.4] * len(lrs))  # a rate's toggle, its label and help need the room
     c[0].number_input("epochs", None, None, _default("f_epochs", D["epochs"].default), key="f_epochs")
     c[1].number_input("batch size B", None, None, _default("f_batch", D["batch_size"].default), key="f_batch")
     for i, f in enumerate(lrs):
         _lr_widget(c[2 + i], f)
-    c = c[2 + len(lrs):]
+    c = st.columns(4)  # a row of its own: four labels and choices stay whole at 1024 px
     c[0].number_input("clip norm C", None, None, _default("f_clip", D["clip_norm"].default), format="%.4g",
                       key="f_clip")
     c[1].selectbox("optimizer", OPTIMIZERS, index=_index(OPTIMIZERS, "f_optimizer"), key="f_optimizer")
