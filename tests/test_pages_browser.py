@@ -38,7 +38,12 @@ FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, 
     const names = data.map(t => t.name || '');
     const ann = ((p._fullLayout && p._fullLayout.annotations) || []).map(a => a.text || '').join(' | ');
     const layoutTitle = p.layout && p.layout.title ? (p.layout.title.text || p.layout.title) : '';
+    const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const legendItems = [...p.querySelectorAll('.legend .traces')].map(box);  // what a legend draws: its entries
+    const axisTitles = [...p.querySelectorAll('.g-xtitle, .g-ytitle')].filter(t => t.textContent.trim())
+        .map(t => ({text: t.textContent, box: box(t)}));
     return {index: i, svg_width: sr.width, title: typeof layoutTitle === 'string' ? layoutTitle : '',
+            legend_items: legendItems, axis_titles: axisTitles,
             titles: titles, traces: data.length, names: names, legend: !!p.querySelector('.legend'),
             annotations: ann};
 })"""
@@ -113,6 +118,15 @@ def missing_legend(fig: dict) -> str | None:
     if names and all(n in fig["annotations"] for n in names):
         return None
     return f"{fig['traces']} traces ({', '.join(repr(n) for n in fig['names'][:6])}) and no legend"
+
+
+def covered_axis_titles(fig: dict) -> list[str]:
+    """Axis titles whose drawn box overlaps a legend entry's (its line or marker and its text)."""
+    if not fig["svg_width"]:
+        return []
+    return [f"the legend entry at {lb[0]:.0f},{lb[1]:.0f} covers axis title {t['text']!r}" for t in fig["axis_titles"]
+            for lb in fig["legend_items"]
+            if t["box"][0] < lb[2] - 1 and lb[0] < t["box"][2] - 1 and t["box"][1] < lb[3] - 1 and lb[1] < t["box"][3] - 1]
 
 
 def slug(title: str) -> str:
@@ -213,3 +227,16 @@ def test_no_page_asks_anything_beyond_loopback(visits):
 def test_the_loopback_check_sees_a_request_to_another_host():
     assert beyond_loopback(["http://127.0.0.1:8501/x", "data:image/svg+xml,<svg/>",
                             "https://fonts.gstatic.com/s/i/lock.svg"]) == ["https://fonts.gstatic.com/s/i/lock.svg"]
+
+
+def test_no_legend_covers_an_axis_title(visits):
+    rows = [f"{title}, figure {f['index']} {f['title']!r}: {c}" for title, v in visits.items()
+            for f in v["figures"] for c in covered_axis_titles(f)]
+    assert not rows, report(rows)
+
+
+def test_the_legend_check_sees_an_entry_over_an_axis_title():
+    title = {"text": "training step", "box": [800, 810, 900, 830]}
+    over = {"svg_width": 900, "legend_items": [[790, 820, 950, 840]], "axis_titles": [title]}
+    below = {"svg_width": 900, "legend_items": [[790, 835, 950, 850]], "axis_titles": [title]}
+    assert covered_axis_titles(over) and not covered_axis_titles(below)

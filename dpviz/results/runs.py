@@ -48,11 +48,19 @@ def run_label(run: dict, fields: tuple = ("seed",)) -> str:
 
 
 def run_labels(runs: list[dict]) -> dict[str, str]:
-    """Run id → label naming what tells the ``runs`` apart: strategy and ε, then every field of
-    `LABEL_FIELDS` whose value differs among them (lp-fft's p always), so that two runs of one strategy and ε
-    never share a label but for their ids."""
-    differ = tuple(f for f in LABEL_FIELDS if len({json.dumps(r["config"].get(f)) for r in runs}) > 1)
-    return {r["run_id"]: run_label(r, differ) for r in runs}
+    """Run id → label naming what tells the ``runs`` apart: strategy and ε (lp-fft's p always), the dataset and
+    backbone where they differ among all ``runs``, and every other field of `LABEL_FIELDS` that differs among
+    the runs of the same strategy and ε — so that two such runs never share a label but for their ids, and a
+    label names no field that only runs of another strategy set differently."""
+    def differ(group: list[dict], fields) -> tuple:
+        return tuple(f for f in fields if len({json.dumps(r["config"].get(f)) for r in group}) > 1)
+
+    data = differ(runs, ("dataset", "backbone"))
+    groups: dict = {}
+    for r in runs:
+        groups.setdefault((r["config"]["strategy"], str(r["config"]["epsilon"])), []).append(r)
+    return {r["run_id"]: run_label(r, data + differ(g, [f for f in LABEL_FIELDS if f not in data]))
+            for g in groups.values() for r in g}
 
 
 def _value(v) -> str:
