@@ -50,12 +50,15 @@ def shown(page) -> dict:
 SETTLED = """() => {
   const ws = [...document.querySelectorAll('[data-testid="stSelectbox"],[data-testid="stNumberInput"],'
                                          + '[data-testid="stSlider"],[data-testid="stTextInput"]')];
-  return ws.some(w => w.querySelector('label').innerText.trim() === 'seed')
+  const labels = ws.map(w => w.querySelector('label').innerText.trim());
+  return ['strategy', 'dataset', 'seed'].every(l => labels.includes(l))
+         && !document.querySelector('[data-testid="stSkeleton"]')  // a widget whose code is still loading
          && !ws.some(w => w.closest('[data-stale="true"]')); }"""
 
 
 def settled(page) -> None:
-    """Wait until every field of the form is drawn and none is stale (the page's redraw has reached them)."""
+    """Wait until every field of the form is drawn (no placeholder of a widget whose code the browser is still
+    loading) and none is stale (the page's redraw has reached them)."""
     page.wait_for_function(SETTLED, timeout=120000)
 
 
