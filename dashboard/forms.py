@@ -73,7 +73,7 @@ def _default(key: str, fallback, options=None):
         held[key] = fallback if parsed is None else parsed
     if options is not None and held[key] not in list(options):  # e.g. a plugin's choice that is gone
         held[key] = fallback
-    if st.session_state.get(key, held[key]) != held[key] or key not in st.session_state:
+    if key not in st.session_state or st.session_state[key] != held[key]:
         st.session_state[key] = held[key]
     return held[key]
 
@@ -103,7 +103,7 @@ def _preview(cfg_json: str) -> dict:
     return calibration.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
 
 
-def _privacy_widgets() -> str:
+def _privacy_widgets() -> None:
     c1, c2, c3 = st.columns([3, 2, 2])
     c1.select_slider("ε (privacy budget, log scale)", EPS_CHOICES, value=_default("f_epsilon", 1.0, EPS_CHOICES),
                      key="f_epsilon",

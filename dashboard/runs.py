@@ -110,7 +110,7 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
             render_progress(c1, now["fraction"], text, figures.color(job.cfg.strategy))
             if not job.done and c2.button("Cancel", key=f"{key}-cancel-{job.job_id}"):
                 job.cancel()
-        ids = list(dict.fromkeys(j.run_id for j in jobs if j.run_id))  # a run twice would draw back to its start
+        ids = [j.run_id for j in jobs if j.run_id]  # `results.curves` draws each run once
         if ids and curves:
             df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
             cols = st.columns(len(LIVE_METRICS))

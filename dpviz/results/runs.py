@@ -40,8 +40,8 @@ def run_label(run: dict, fields: tuple = ("seed",)) -> str:
     "· search" for an "auto" search's)."""
     c = run["config"]
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
-    read = _read_fields(c["strategy"])
-    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in _OWN]
+    read, own = _own_fields(c["strategy"]), _own_fields()
+    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own]
     extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
     kind = run.get("kind", "user")
     return f"{c['strategy']} ε={eps}{extra} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
@@ -67,20 +67,15 @@ def _value(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _read_fields(strategy: str) -> set[str]:
-    """The strategy-specific fields ``strategy`` reads (a strategy no module registers: all of them)."""
+def _own_fields(strategy: str | None = None) -> set[str]:
+    """The fields only some strategies read (their own and their learning rates): ``strategy``'s, or every
+    registered strategy's. A strategy no module registers (a plugin not loaded) reads all of them."""
     from .. import strategies
 
-    try:
-        cls = strategies.get(strategy)
-        return set(cls.fields()) | set(cls.lr_fields)
-    except Exception:  # noqa: BLE001 - a plugin's strategy that is not loaded: name what differs
-        return set(_OWN)
-
-
-_OWN = frozenset({"lp_fraction", "sparsity", "selection", "tune_blocks", "lora_rank", "public_dataset", "switch_step",
-                  "lr_lp", "lr_ft"})
-"""Fields that belong to some strategies only: a label names them for a run whose strategy reads them."""
+    every = {f for n in strategies.names() for f in strategies.get(n).fields() + strategies.get(n).lr_fields}
+    if strategy is None or strategy not in strategies.names():
+        return every
+    return set(strategies.get(strategy).fields() + strategies.get(strategy).lr_fields)
 
 
 def shown_runs(store: Store, *, search: bool = False) -> list[dict]:
