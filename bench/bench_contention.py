@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORES = os.cpu_count() or 1
+# The repository first, then whatever the caller's PYTHONPATH already holds (packages installed beside it).
+PYTHONPATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 # GOMP_SPINCOUNT=300000 is libgomp's default: set explicitly, it stands against dpviz's setdefault.
 POLICIES = {"libgomp default": {"GOMP_SPINCOUNT": "300000"}, "dpviz default": {}}
@@ -74,7 +77,7 @@ def burners() -> list[subprocess.Popen]:
 
 def measure(cmd, policy: dict, store: str, repeats: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
-    env.update(policy, PYTHONPATH=str(ROOT), DPVIZ_BACKGROUND_ANALYSES="off")
+    env.update(policy, PYTHONPATH=PYTHONPATH, DPVIZ_BACKGROUND_ANALYSES="off")
     out = {"alone": [], "burners": [], "pair": []}
     for _ in range(repeats):
         out["alone"] += times(cmd, env, store, pair=False)
@@ -93,12 +96,15 @@ def main() -> None:
     ap.add_argument("--only", choices=WORKLOADS, nargs="*", default=list(WORKLOADS))
     ap.add_argument("--repeats", type=int, default=1)
     a = ap.parse_args()
+    # A `timeout` or kill ends the benchmark through its `finally` blocks, so no burner outlives it (orphaned
+    # burners would load every later measurement on the machine).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"# {CORES} cores; load average before: {os.getloadavg()[0]:.2f}; medians of {a.repeats} repeat(s)")
     print(f"{'workload':<58} {'policy':<16} {'alone s':>8} {'burners':>8} {'pair':>8}")
     with tempfile.TemporaryDirectory() as store:
         for name in a.only:
             label, cmd = WORKLOADS[name]
-            warm = {**os.environ, "PYTHONPATH": str(ROOT), "DPVIZ_BACKGROUND_ANALYSES": "off"}
+            warm = {**os.environ, "PYTHONPATH": PYTHONPATH, "DPVIZ_BACKGROUND_ANALYSES": "off"}
             times(cmd, warm, store, pair=False)  # warm: tokens, backbones
             for policy, env in POLICIES.items():
                 m = measure(cmd, env, store, a.repeats)
