@@ -75,14 +75,16 @@ else:
     layout.reading(readings.reading(report))
 
 st.subheader("3 · Audit sweep: ε_lb against ε")
-c = st.columns([3, 5, 4, 1], vertical_alignment="bottom")  # room for every chip of the default ε and threats
+# Two rows: at 1024 px every chip of the defaults shows whole (one row of four cut "lp-fft" and "white-box").
+c = st.columns(2)
 strats = c[0].multiselect("strategies", strategies.names(), default=["lp", "fft", "lp-fft"], key="au_sw_strategies")
 eps = c[1].multiselect("ε", list(sweep.EPSILONS), default=list(sweep.EPSILONS), key="au_sw_eps",
                        format_func=figures.eps_text)
-threats = c[2].multiselect("threats", audit.THREATS, default=list(audit.THREATS), key="au_sw_threats")
+c = st.columns([4, 1], vertical_alignment="bottom")
+threats = c[0].multiselect("threats", audit.THREATS, default=list(audit.THREATS), key="au_sw_threats")
 many = state.task("audit-sweep")
 busy = state.running(many)
-if c[3].button("Cancel" if busy else "Run", type="secondary" if busy else "primary", key="au_sw_go"):
+if c[1].button("Cancel" if busy else "Run", type="secondary" if busy else "primary", key="au_sw_go"):
     if busy:
         many["cancel"].set()
     else:

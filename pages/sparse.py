@@ -21,7 +21,7 @@ also cheaper.
 """)
 
 st.subheader("1 · Profile sweep")
-c = st.columns([3, 4, 2])  # wide enough for every chip of the defaults
+c = st.columns([3, 4, 3])  # at 1024 px wide enough for every chip of the defaults
 eps = c[0].multiselect("ε values", ["1", "2", "4", "8"], default=["1", "2", "8"], key="sp_eps")
 sps = c[1].multiselect("sparsities s", [0.02, 0.05, 0.1, 0.2, 0.5, 1.0], default=[0.05, 0.2, 0.5], key="sp_s")
 seeds = c[2].multiselect("seeds", list(range(5)), default=[0], key="sp_seeds")

@@ -1,6 +1,7 @@
 """Every page in a real browser, over a store of a few real small runs: a full-page screenshot of each
-(in ``tests/screenshots/``, or ``$DPVIZ_SCREENSHOTS``) and three checks on what it draws — no exception
-box, no plotly title clipped by its figure, no figure of several traces without a legend.
+(in ``tests/screenshots/``, or ``$DPVIZ_SCREENSHOTS``) and checks on what it draws — no exception box, no
+plotly title clipped by its figure, no figure of several traces without a legend, no legend over an axis
+title, no select cut at 1024 px, no request beyond loopback.
 
 One browser session visits every page of `dashboard.layout.PAGES` through the sidebar; the checks read
 the drawn page (plotly's SVG and ``_fullData``), so they see what a user sees. Each assertion lists every
@@ -22,6 +23,16 @@ from browser_util import ROOT, browser, need_chromium, server
 pytestmark = pytest.mark.slow
 
 WIDTH, HEIGHT = 1400, 1000
+NARROW = 1024  # the narrowest width a page must stay readable at
+
+# Text inside a select box or multiselect (its value, its chips) that its box cuts off: drawn wider than shown.
+TRUNCATED_JS = """() => [...document.querySelectorAll('[data-testid=stSelectbox], [data-testid=stMultiSelect]')]
+    .filter(box => box.getBoundingClientRect().width > 0).flatMap(box => {
+        const label = (box.querySelector('label') || {}).innerText || '?';
+        return [...box.querySelectorAll('div, span')].filter(e => !e.children.length && e.innerText
+            && e.scrollWidth > e.clientWidth + 1).map(e => `${label}: "${e.innerText}" drawn ${e.scrollWidth} px`
+            + ` in ${e.clientWidth} px`);
+    })"""
 
 # What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
 FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
@@ -183,6 +194,10 @@ def visits(tmp_path_factory, backbone_cache) -> dict[str, dict]:
                 "alerts": [" ".join(t.split())[:240] for t in page.locator('[data-testid="stAlert"]').all_inner_texts()],
                 "figures": page.evaluate(FIGURES_JS),
             }
+            page.set_viewport_size({"width": NARROW, "height": HEIGHT})  # after the figures: plotly redraws
+            time.sleep(0.8)  # the columns reflow
+            seen[title]["truncated_at_1024"] = page.evaluate(TRUNCATED_JS)
+            page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
     (shots / "summary.json").write_text(json.dumps(seen, indent=1, ensure_ascii=False))
     return seen
 
@@ -227,6 +242,12 @@ def test_no_page_asks_anything_beyond_loopback(visits):
 def test_the_loopback_check_sees_a_request_to_another_host():
     assert beyond_loopback(["http://127.0.0.1:8501/x", "data:image/svg+xml,<svg/>",
                             "https://fonts.gstatic.com/s/i/lock.svg"]) == ["https://fonts.gstatic.com/s/i/lock.svg"]
+
+
+def test_no_select_is_cut_at_1024_px(visits):
+    """At 1024 px wide (the sidebar open) every select box shows its value and every chip of a multiselect whole."""
+    rows = [f"{title}: {t}" for title, v in visits.items() for t in v["truncated_at_1024"]]
+    assert not rows, report(rows)
 
 
 def test_no_legend_covers_an_axis_title(visits):
