@@ -95,6 +95,13 @@ def _unreadable(path: Path, kind: str, e: Exception) -> StoreError:
                       f"{_fix(path)}")
 
 
+def _not_a_link(path: Path) -> None:
+    """A store's artifacts are files dpviz wrote; a link planted in their place would have dpviz read (and an
+    analysis trust) whatever it points to."""
+    if path.is_symlink():
+        raise StoreError(f"store: {path} is a link: remove it (dpviz reads nothing through links in a store)")
+
+
 # --- npz: features ------------------------------------------------------------
 def write_npz(f: BinaryIO, kind: str, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` and the stamp of ``kind`` to the open file ``f`` (`Store` makes it atomic and safe)."""
@@ -104,6 +111,7 @@ def write_npz(f: BinaryIO, kind: str, arrays: dict[str, np.ndarray]) -> None:
 
 def read_npz(path: Path, kind: str) -> dict[str, np.ndarray]:
     """The arrays saved at ``path``, without the stamp; an unstamped file is old-format ``kind``."""
+    _not_a_link(path)
     try:
         with np.load(path) as z:
             arrays = {k: z[k] for k in z.files}
@@ -155,6 +163,7 @@ def read_pt(path: Path, kind: str) -> dict:
     """
     import torch
 
+    _not_a_link(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
@@ -183,6 +192,7 @@ def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...]) -> dict:
         kind: the kind expected.
         old_keys: keys that identify an unstamped document of ``kind`` from before schema 1.
     """
+    _not_a_link(path)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:

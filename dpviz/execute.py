@@ -30,7 +30,7 @@ def _concrete(cfg: RunConfig) -> None:
 def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None, progress: Callable | None = None,
         cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user",
-        resume: bool = False) -> dict:
+        resume: bool = False, on_wait: Callable[[str], None] | None = None) -> dict:
     """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
 
     Args:
@@ -38,7 +38,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         store: the `dpviz.store.Store` that answers and keeps it.
         force: train even if an identical run is stored.
         extra: fields added to the stored summary (e.g. where "auto" rates came from).
-        progress, cancel, on_start, on_checkpoint, ahead: as `dpviz.runner.run`.
+        progress, cancel, on_start, on_checkpoint, ahead, on_wait: as `dpviz.runner.run`.
         resume: go on with the newest stopped run of ``cfg`` from its last checkpoint (`dpviz.resume`), where
             there is one; otherwise as without it.
         kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
@@ -54,16 +54,23 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     if (world := distributed.current()) is not None:
         return _run_distributed(cfg, world, store=store, force=force, extra=extra, progress=progress, cancel=cancel,
                                 on_start=on_start, kind=kind, resume=resume)
-    h = cfg.hash()
-    if not force and (hit := store.find_finished(h)):
-        store.claim(hit["run_id"], kind, current=hit["kind"])
-        if on_start:
-            on_start(hit["run_id"])
-        return {**hit["summary"], **(extra or {}), "cached": True}
+    if not force and (hit := store.find_finished(cfg.hash())):
+        return _answer(store, hit, kind, extra, on_start)
     prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
-    run_id, state = _open(store, cfg, prep, kind, resume)
+    run_id, state, answer = _claim(store, cfg, prep, kind, resume, force, extra, cancel=cancel, on_wait=on_wait,
+                                   on_start=on_start)
+    if answer:  # another request trained it meanwhile: its stored run answers this one
+        return answer
     return _train_stored(prep, store, run_id, state, extra, progress=progress, cancel=cancel, on_start=on_start,
                          on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search")
+
+
+def _answer(store, hit: dict, kind: str, extra: dict | None, on_start=None, **more) -> dict:
+    """The stored finished run ``hit`` as the answer to a request of ``kind`` (a search run becomes theirs)."""
+    store.claim(hit["run_id"], kind, current=hit["kind"])
+    if on_start:
+        on_start(hit["run_id"])
+    return {**hit["summary"], **(extra or {}), **more, "cached": True}
 
 
 def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_start=None, failed_note: str = "",
@@ -87,17 +94,30 @@ def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_sta
     return {**summary, "cached": False}
 
 
-def _open(store, cfg: RunConfig, prep, kind: str, resume: bool) -> tuple[str, dict | None]:
-    """The run to train: a stopped one of ``cfg`` reopened at its last checkpoint (``resume``, where there is
-    one; with its snapshot) or a new one (None)."""
-    found = resuming.stopped(store, cfg.hash()) if resume else None
-    if found is not None:
-        run_id, state = found
-        store.reopen(run_id, state["step"])
-    else:
-        run_id, state = store.create_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind), None
-    store.update_run(run_id, started=time.time())
-    return run_id, state
+def _claim(store, cfg: RunConfig, prep, kind: str, resume: bool, force: bool, extra: dict | None, *, cancel=None,
+           on_wait=None, on_start=None) -> tuple[str | None, dict | None, dict | None]:
+    """The run this request trains, claimed for ``cfg`` in the store (`Store.start_run`): (run id, the snapshot
+    it goes on from or None, None). While another thread or process trains ``cfg``, wait for it (``on_wait(its
+    run id)`` once); if it finishes, (None, None, its summary answering this request, with ``waited_for``); if
+    it stops, claim again.
+
+    ``resume``: go on with a stopped run of ``cfg`` from its last checkpoint where there is one (its snapshot);
+    two resumes at once resume it once, the second waits. ``force``: a new run, whatever is stored or live."""
+    waited = None
+    while True:
+        found = resuming.stopped(store, cfg.hash()) if resume else None
+        reopen = (found[0], found[1]["step"]) if found else None
+        run_id, other = store.start_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind, reopen=reopen,
+                                        force=force)
+        if run_id:
+            store.update_run(run_id, started=time.time())
+            return run_id, found[1] if found and found[0] == run_id else None, None
+        if (hit := store.find_finished(cfg.hash())) is not None:
+            return None, None, _answer(store, hit, kind, extra, on_start, **({"waited_for": waited} if waited else {}))
+        if waited != other and on_wait:
+            on_wait(other)
+        waited = other
+        store.wait_run(other, cancel=cancel)
 
 
 def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,
@@ -116,7 +136,10 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
     finally:
         if not world.rank:
             world.barrier()
-    run_id, state = _open(store, cfg, prep, kind, resume) if not world.rank else (None, None)
+    run_id, state, answer = (None, None, None) if world.rank else _claim(store, cfg, prep, kind, resume, force, extra,
+                                                                         cancel=cancel)
+    if answer := world.share(answer):  # rank 0 waited for the same configuration's run: it answers every rank
+        return answer
     run_id, resumed = world.share((run_id, state is not None))
     if world.rank:  # the snapshot from the store's file (rank 0 alone writes it; every rank reads it)
         state = store.load_resume(run_id) if resumed else None

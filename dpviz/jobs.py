@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 
 from .config import RunConfig
 from .errors import Cancelled, StoreError
-from .runner import run
+from .runner import run, training_modules
 from .store import Store
 
 
-_IMPORTS = threading.Lock()
 STOP_WAIT_S = 5.0  # how long a stopping process waits for its runs to reach a step boundary
 
 
@@ -86,7 +85,7 @@ class Job:
     job_id: int
     cfg: RunConfig
     status: str = "queued"  # queued, running, finished, failed, cancelled
-    phase: str = "queued"  # queued, preparing, searching, training, then the final status
+    phase: str = "queued"  # queued, preparing, searching, waiting, training, then the final status
     search: tuple[int, int] | None = None  # (k, n): trial k of n of the learning-rate search
     run_id: str | None = None
     step: int = 0
@@ -97,6 +96,7 @@ class Job:
     processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.distributed`)
     joined: int = 0  # later submits of the same config that joined this job instead of training it again
     cached: bool = False  # answered from the store: an identical run had finished before
+    waited: bool = False  # answered by an identical run another process was training (it waited for it)
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     future: Future | None = field(default=None, repr=False)
 
@@ -174,6 +174,9 @@ class JobManager:
             return {"phase": "queued", "text": text, "fraction": 0.0}
         if job.phase == "preparing":
             return {"phase": "preparing", "text": "preparing (data, backbone, noise calibration)", "fraction": 0.0}
+        if job.phase == "waiting":
+            return {"phase": "waiting", "text": f"waiting: another process trains this configuration (run "
+                    f"{job.run_id}); its result answers this launch", "fraction": 0.0}
         if job.phase == "searching":
             k, n = job.search
             return {"phase": "searching", "text": f"searching learning rates on public data ({k} of {n})",
@@ -184,7 +187,8 @@ class JobManager:
                     "the model; a pretrained backbone takes longest)", "fraction": 0.0}
         if job.phase == "training":
             return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps})", "fraction": frac}
-        text = "finished (answered from the store: this configuration had trained before)" if job.cached else job.status
+        text = ("finished (trained once, by another process this launch waited for)" if job.waited else
+                "finished (answered from the store: this configuration had trained before)") if job.cached else job.status
         return {"phase": job.phase, "text": text, "fraction": 1.0 if job.status == "finished" else frac}
 
     def _work(self, job: Job, force: bool) -> None:
@@ -192,10 +196,7 @@ class JobManager:
             job.status = job.phase = "cancelled"
             return
         job.phase = "preparing"
-        with _IMPORTS:  # two workers' first imports of torch/opacus at once deadlock on Python's module locks
-            import opacus  # noqa: F401
-
-            from . import calibration, execute  # noqa: F401
+        training_modules()  # before torch's threads are set: the first import of torch is here
         if self.torch_threads:
             import torch
 
@@ -210,6 +211,9 @@ class JobManager:
         def searching(k, n):
             job.search, job.phase = (k, n), "searching"
 
+        def waiting(run_id):
+            job.run_id, job.phase = run_id, "waiting"
+
         try:
             if job.processes > 1:
                 from . import processes
@@ -220,8 +224,9 @@ class JobManager:
                 job.summary = run(job.cfg, store=self.store, force=force, progress=progress,
                                   cancel=job.cancel_event, on_start=started,
                                   on_checkpoint=self._unattended if self.analyses else None,
-                                  search_progress=searching)
+                                  search_progress=searching, on_wait=waiting)
             job.status, job.cached = "finished", bool(job.summary.get("cached"))
+            job.waited = bool(job.summary.get("waited_for"))
             if job.cached:  # no step reported: the row shows what the stored run reached
                 job.step = job.total_steps = job.summary.get("total_steps") or 0
                 job.last = {k: job.summary.get(k) for k in ("test_accuracy", "epsilon_spent")}

@@ -6,6 +6,7 @@ checked not to be links, and read back through `dpviz.artifacts`, which checks i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ class RunFiles(SharedTensors):
     def load_features(self, run_id: str, step: int) -> dict[str, np.ndarray]:
         """Exactly the arrays `save_features` was given (old unstamped files read as they are)."""
         path = self._file(run_id, "features", f"step_{step:06d}.npz")
-        if not path.exists():
+        if not os.path.lexists(path):
             raise StoreError(f"step: run {run_id} has no features at step {step} "
                              f"(has {self.feature_steps(run_id)})")
         return artifacts.read_npz(path, "features")
@@ -78,7 +79,7 @@ class RunFiles(SharedTensors):
     def load_weights(self, run_id: str, step: int) -> dict:
         """The full state dict at ``step`` (a file of changes is put back on its base; old bare dicts as they are)."""
         path = self._file(run_id, "weights", f"step_{step:06d}.pt")
-        if not path.exists():
+        if not os.path.lexists(path):
             raise StoreError(f"step: run {run_id} has no saved weights at step {step} (it keeps features only: "
                              f"keep_weights final or none, or stored before curvature analyses existed)")
         doc = artifacts.read_pt(path, "weights")
@@ -97,7 +98,7 @@ class RunFiles(SharedTensors):
 
     def load_resume(self, run_id: str) -> dict | None:
         path = self._file(run_id, "resume.pt")
-        return artifacts.read_pt(path, "resume") if path.exists() else None
+        return artifacts.read_pt(path, "resume") if os.path.lexists(path) else None
 
     def drop_resume(self, run_id: str) -> None:
         """A finished run needs no resume point (a MiniLM one holds the whole model: 90 MB)."""
@@ -114,7 +115,7 @@ class RunFiles(SharedTensors):
     def load_model(self, run_id: str) -> dict:
         """{"state_dict": ..., "config": ...} of the run's final model."""
         path = self._file(run_id, "model.pt")
-        if not path.exists():
+        if not os.path.lexists(path):
             raise StoreError(f"run_id: run {run_id} has no final model (it has not finished, or is not stored)")
         doc = artifacts.read_pt(path, "model")
         return {"state_dict": self.unshare(doc, path), "config": doc["config"]}
@@ -128,7 +129,7 @@ class RunFiles(SharedTensors):
     def load_mask(self, run_id: str) -> dict | None:
         """The document `save_mask` was given, or None when the run has no mask."""
         path = self._file(run_id, "mask.json")
-        return artifacts.read_json(path, "mask", old_keys=("mask",)) if path.exists() else None
+        return artifacts.read_json(path, "mask", old_keys=("mask",)) if os.path.lexists(path) else None
 
 
 def _same(a, b) -> bool:

@@ -13,6 +13,19 @@ from .config import RunConfig
 from .store import Store
 
 
+_IMPORTS = threading.Lock()
+
+
+def training_modules():
+    """The modules a run trains with, imported under one lock: two threads' first imports of torch and
+    opacus at once fail on Python's per-module locks (a partially initialised ``opacus.accountants``)."""
+    with _IMPORTS:
+        import opacus  # noqa: F401
+
+        from . import calibration, distributed, execute
+    return calibration, distributed, execute
+
+
 def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None, search_progress=None,
              cancel=None) -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the
@@ -49,7 +62,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
-        search_progress: Callable[[int, int], None] | None = None, kind: str = "user", resume: bool = False) -> dict:
+        search_progress: Callable[[int, int], None] | None = None, kind: str = "user", resume: bool = False,
+        on_wait: Callable[[str], None] | None = None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -69,15 +83,21 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
             trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.execute.run`).
         resume: go on with the newest stopped run of ``cfg`` from its last checkpoint, where there is one
             (`dpviz.resume`; same ε as an uninterrupted run, on any number of processes).
+        on_wait: called with a run id when another thread or process is training the same configuration:
+            this request waits for it rather than train it a second time (`Store.start_run`), and its
+            summary answers (``waited_for``); if it stops unfinished, this request trains.
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
+
+    A configuration trains at most once at a time and, once finished, is answered from the store: its
+    privacy budget is spent once. ``force`` trains it again and spends the budget again on the same data.
 
     Raises:
         ConfigError: bad input; nothing is stored in that case.
         Cancelled: ``cancel`` was set; the run is stored as cancelled.
     """
-    from . import calibration, distributed, execute  # torch: only when something trains
+    calibration, distributed, execute = training_modules()  # torch: only when something trains
 
     store = store or Store(cache_dir)
     world = distributed.current()
@@ -88,7 +108,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         cfg = RunConfig.from_dict(d)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
                        on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind,
-                       resume=resume)
+                       resume=resume, on_wait=on_wait)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import artifacts, storecheck
-from .errors import ConfigError, StoreError
+from .errors import Cancelled, ConfigError, StoreError
 from .runfiles import RunFiles
 from .safefile import locked, write_atomic
 from .owners import owner_alive, process_token  # noqa: F401  (where callers always found them)
@@ -43,6 +43,7 @@ from .storeschema import KINDS, SCHEMA, SHOWN, check_kind, migrate  # noqa: F401
 __all__ = ["Store", "damaged_database", "default_cache_dir", "process_token", "write_atomic"]
 
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
+DIED = "the process running it ended before it finished"
 
 class Store(RunFiles):
     """Runs, their metrics and events, and their artifact folders."""
@@ -97,14 +98,90 @@ class Store(RunFiles):
     # --- runs -------------------------------------------------------------
     def create_run(self, config_hash: str, config_json: str, total_steps: int | None = None, *,
                    kind: str = "user") -> str:
-        """A new running run of ``kind`` (one of `KINDS`); returns its id."""
+        """A new running run of ``kind`` (one of `KINDS`), whatever else is stored; returns its id. A run that
+        trains claims its configuration with `start_run` instead."""
         check_kind(kind)
-        run_id = f"{config_hash[:8]}-{secrets.token_hex(3)}"
-        self._tx("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps, kind)"
-                 " VALUES (?,?,?,?,?,?,?,?)",
-                 (run_id, config_hash, config_json, "running", time.time(), process_token(), total_steps, kind))
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            run_id = self._insert_run(c, config_hash, config_json, total_steps, kind)
+            c.execute("COMMIT")
         self.event(run_id, "created")
         return run_id
+
+    @staticmethod
+    def _insert_run(c, config_hash: str, config_json: str, total_steps: int | None, kind: str) -> str:
+        run_id = f"{config_hash[:8]}-{secrets.token_hex(3)}"
+        c.execute("INSERT INTO runs(run_id, config_hash, config_json, status, created, owner, total_steps, kind)"
+                  " VALUES (?,?,?,?,?,?,?,?)",
+                  (run_id, config_hash, config_json, "running", time.time(), process_token(), total_steps, kind))
+        return run_id
+
+    def start_run(self, config_hash: str, config_json: str, total_steps: int | None = None, *, kind: str = "user",
+                  reopen: tuple[str, int] | None = None, force: bool = False) -> tuple[str | None, str | None]:
+        """Claim ``config_hash`` for training, in one write transaction: atomic across threads and processes.
+
+        A configuration has at most one live run: so two requests racing on it never train it twice, and the
+        private data's privacy loss is the budget once, not twice.
+
+        Args:
+            config_hash, config_json, total_steps, kind: as `create_run`.
+            reopen: (run id, step) of a stopped run of the configuration to go on with (`dpviz.resume`).
+            force: a new run whatever is stored or live (the caller asked to spend the budget again).
+
+        Returns:
+            (run id, None): the caller trains this run — a new one, or ``reopen``'s, running again from its
+            step; (None, other): ``other`` answers the request instead — a finished run of the configuration,
+            or a live one whose process trains it (`wait_run` for it).
+        """
+        check_kind(kind)
+        ended = []
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            rows = c.execute("SELECT run_id, status, owner FROM runs WHERE config_hash=? AND (status IN ('queued', "
+                             "'running') OR (status='finished' AND json_valid(summary_json) AND "
+                             "json_valid(config_json))) ORDER BY finished DESC", (config_hash,)).fetchall()
+            live = []
+            for r in rows:
+                if r["status"] in LIVE and not owner_alive(r["owner"]):  # its process died: it answers nothing
+                    c.execute("UPDATE runs SET status='interrupted', finished=?, error=? WHERE run_id=?",
+                              (time.time(), DIED, r["run_id"]))
+                    ended.append(r["run_id"])
+                elif r["status"] in LIVE:
+                    live.append(r["run_id"])
+            other = next((r["run_id"] for r in rows if r["status"] == "finished"), None) or (live[0] if live else None)
+            if other and not force:
+                c.execute("COMMIT")
+                run_id = None
+            elif reopen and reopen[0] not in live:  # running again, owned here; what it recorded after its
+                run_id, step = reopen                 # step (metrics, cached analyses) is recorded anew
+                c.execute("DELETE FROM metrics WHERE run_id=? AND step>?", (run_id, step))
+                c.execute("DELETE FROM analyses WHERE run_id=? AND step>?", (run_id, step))
+                c.execute("UPDATE runs SET status='running', owner=?, error=NULL, finished=NULL, step=? WHERE run_id=?",
+                          (process_token(), step, run_id))
+                c.execute("COMMIT")
+            else:
+                run_id, reopen = self._insert_run(c, config_hash, config_json, total_steps, kind), None
+                c.execute("COMMIT")
+        for r in ended:
+            self.event(r, "interrupted", DIED)
+        if run_id:
+            self.event(run_id, *(("resumed", f"from step {reopen[1]}") if reopen else ("created",)))
+        return (run_id, None) if run_id else (None, other)
+
+    def wait_run(self, run_id: str, *, cancel=None, poll: float = 0.5) -> str:
+        """Wait until ``run_id`` is no longer live (it ended, or its process died: then it is marked
+        interrupted); returns its status. ``cancel``: an event that stops the wait (`Cancelled`)."""
+        while True:
+            row = self.known(run_id)
+            if row["status"] not in LIVE:
+                return row["status"]
+            if not owner_alive(row["owner"]):
+                self.finish_run(run_id, "interrupted", error=DIED)
+                return "interrupted"
+            if cancel is not None and cancel.wait(poll):
+                raise Cancelled("cancelled while waiting for the same configuration's run")
+            if cancel is None:
+                time.sleep(poll)
 
     def claim(self, run_id: str, kind: str, *, current: str | None = None) -> None:
         """Relabel a stored ``search`` run as ``kind`` (a user's or a study's request answered by it from the
@@ -120,14 +197,6 @@ class Store(RunFiles):
             fields["summary_json"] = json.dumps(fields.pop("summary"))
         cols = ", ".join(f"{k}=?" for k in fields)
         self._tx(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
-
-    def reopen(self, run_id: str, step: int) -> None:
-        """A stopped run goes on from ``step`` in this process (`dpviz.resume`): running again, owned here,
-        and what it recorded after ``step`` (metrics, cached analyses) removed, to be recorded anew."""
-        self._tx("DELETE FROM metrics WHERE run_id=? AND step>?", (run_id, step))
-        self._tx("DELETE FROM analyses WHERE run_id=? AND step>?", (run_id, step))
-        self.update_run(run_id, status="running", owner=process_token(), error=None, finished=None, step=step)
-        self.event(run_id, "resumed", f"from step {step}")
 
     def finish_run(self, run_id: str, status: str, *, summary: dict | None = None, error: str | None = None):
         self.update_run(run_id, status=status, finished=time.time(), error=error,
@@ -209,7 +278,7 @@ class Store(RunFiles):
         """Mark runs whose owning process is gone as interrupted; return their ids."""
         dead = [r["run_id"] for r in self.list_runs() if r["status"] in LIVE and not owner_alive(r["owner"])]
         for run_id in dead:
-            self.finish_run(run_id, "interrupted", error="the process running it ended before it finished")
+            self.finish_run(run_id, "interrupted", error=DIED)
         return dead
 
     # --- metrics and events -----------------------------------------------

@@ -91,6 +91,8 @@ def cmd_run(args) -> int:
     if not cfg.private:
         print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
               file=sys.stderr)
+    if args.force:
+        _say_force(cfg, args.cache_dir)
     hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
     summary = hit or _train(cfg, args)
     if summary is None:
@@ -101,6 +103,28 @@ def cmd_run(args) -> int:
     if not summary.get("cached"):
         _analyze_later(summary["run_id"], args.cache_dir)
     return 0
+
+
+def _say_force(cfg, cache_dir) -> None:
+    """--force on a private configuration that is stored already: say that it spends the budget again."""
+    from .. import runner
+    from ..store import Store
+
+    if not cfg.private:
+        return
+    _, _, hit = runner.lookup(cfg, Store(cache_dir))
+    if hit:
+        print(f"dpviz: --force: this configuration is stored already (run {hit['run_id']}); training it again "
+              f"spends its privacy budget (ε = {cfg.epsilon:g}) again on the same private data", file=sys.stderr)
+
+
+def _say_wait(quiet: bool):
+    """What the command says when another process trains the same configuration (`runner.run`'s on_wait)."""
+    def on_wait(run_id: str) -> None:
+        if not quiet:
+            print(f"dpviz: run {run_id} of the same configuration is training; waiting for it: its result answers "
+                  "this command (--force trains a second run and spends the privacy budget again)", file=sys.stderr)
+    return on_wait
 
 
 def _launched() -> bool:
@@ -115,7 +139,8 @@ def _run_rank(cfg, args) -> int:
     try:
         quiet = args.quiet or world.rank > 0
         progress = Progress(cfg, quiet)
-        summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress, resume=getattr(args, "resume", False))
+        summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress,
+                             resume=getattr(args, "resume", False), on_wait=_say_wait(quiet))
         progress.close()
     finally:
         distributed.close()
@@ -155,7 +180,8 @@ def _train(cfg, args) -> dict | None:
                 search.close()
                 progress(*a)
             return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
-                              search_progress=search, resume=getattr(args, "resume", False))
+                              search_progress=search, resume=getattr(args, "resume", False),
+                              on_wait=_say_wait(args.quiet))
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None
@@ -198,7 +224,8 @@ def text(s: dict) -> str:
         seen = f", {rec[1]:.4g} recorded at step {rec[0]}" if rec else ""
         eps = f"{s.get('status', 'stopped')} at step {s.get('step') or 0}: ε spent ≤ {s['config']['epsilon']:g}{seen}"
     acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
-    src = " (from cache)" if s.get("cached") else ""
+    src = (" (trained once by the request it waited for)" if s.get("waited_for") else " (from cache)") \
+        if s.get("cached") else ""
     return f"{s['run_id']}  {s['config']['strategy']:<8} test acc {acc}  {eps}{src}"
 
 
