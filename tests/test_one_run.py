@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -119,3 +120,27 @@ def test_a_planted_link_is_not_read(cache_dir, tmp_path):
     os.symlink(elsewhere, store.run_dir(rid) / "resume.pt")
     with pytest.raises(StoreError, match="is a link"):
         store.load_resume(rid)
+
+
+def test_a_dashboard_job_waits_for_the_same_configuration_training_in_another_process(cache_dir):
+    from dpviz.jobs import JobManager
+    from dpviz.runner import training_modules
+
+    training_modules()  # this process's imports done: the job reaches the store while the command trains
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DPVIZ_BACKGROUND_ANALYSES": "off"}
+    cli_run = subprocess.Popen([sys.executable, "-m", "dpviz", "--cache-dir", str(cache_dir), *ARGV, "--epochs", "40"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cfg = RunConfig(**{**CFG, "epochs": 40})
+    deadline = time.time() + 120
+    while not runs_of(cache_dir, cfg) and time.time() < deadline:  # the command has claimed it
+        time.sleep(0.2)
+    (other,) = runs_of(cache_dir, cfg)
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    job, phases = jm.submit(cfg), set()
+    while not job.done and time.time() < deadline:
+        phases.add(jm.state(job)["phase"])
+        time.sleep(0.1)
+    cli_run.communicate(timeout=120)
+    assert job.summary["waited_for"] == other["run_id"] == job.run_id and "waiting" in phases
+    assert "trained once" in jm.state(job)["text"] and len(runs_of(cache_dir, cfg)) == 1
+    jm.shutdown(cancel=False)
