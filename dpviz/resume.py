@@ -57,7 +57,20 @@ def load_phase(loop, state: dict, optimizer) -> None:
     """Inside the phase the run stopped in: every weight (strictly now), and the optimizer's state."""
     loop.model.load_state_dict({n: t.to(loop.dev) for n, t in state["model"].items()})
     if optimizer is not None and state["optimizer"] is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(torch_optimizer_state(state["optimizer"], optimizer))
+
+
+def torch_optimizer_state(doc: dict, optimizer) -> dict:
+    """``doc`` as ``torch.optim``'s ``load_state_dict`` takes it. Snapshots written when dpviz had its own
+    optimizers hold {"lr", "state": {index: {momentum_buffer | step, exp_avg, exp_avg_sq}}}: the same
+    per-parameter tensors, with an integer step where torch keeps a float tensor."""
+    if "param_groups" in doc:
+        return doc
+    import torch
+
+    state = {i: {k: torch.tensor(float(v)) if k == "step" else v for k, v in st.items()}
+             for i, st in doc["state"].items()}
+    return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
 
 
 def stopped(store, config_hash: str):

@@ -147,6 +147,24 @@ print("ok", ours["prv"])
     assert out.stdout.startswith("ok")
 
 
+def test_an_opacus_whose_accountant_files_cannot_be_loaded_alone_is_imported_as_usual():
+    """Should a later Opacus's accountants import more than the loader provides, accounting still works,
+    through ``import opacus.accountants`` (simulated: the files' folder cannot be found)."""
+    code = """
+import importlib.util, sys
+real = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name == "opacus" else real(name, *a)
+from dpviz.privacy import accounting as a
+ph = [a.Phase(name="fft", steps=60, noise_multiplier=1.1, sample_rate=0.05, clip_norm=1.0)]
+e = a.epsilon(phases=ph, delta=1e-5, accountant="prv")
+assert "opacus.accountants.prv" in sys.modules and "opacus.privacy_engine" in sys.modules, "not the plain import"
+print("ok", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok")
+
+
 def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedule():
     """`dpviz.ahead` (σ and the ε curve in a second process while a command imports torch) must
     give exactly what the run would compute itself, and nothing for a schedule it did not compute."""

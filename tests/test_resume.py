@@ -84,3 +84,29 @@ def test_a_snapshot_keeps_a_shared_tensor_once():
     out = cpu_once(state)
     assert out["a.weight"] is out["b.weight"] and torch.equal(out["a.weight"], lin.weight)
     assert out["a.weight"].data_ptr() != lin.weight.data_ptr()  # a copy: training goes on
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_a_snapshot_of_dpvizs_former_optimizers_goes_on_in_torch_optim(name):
+    """An interrupted run stored before runs used ``torch.optim`` resumes: its optimizer state (dpviz's own
+    format then) loads into torch's, and the next steps are the ones torch takes from that state."""
+    from dpviz.engine import make_optimizer
+    from dpviz.resume import torch_optimizer_state
+
+    torch.manual_seed(0)
+    params = [torch.randn(4, 3), torch.randn(3)]
+    ref = make_optimizer([p.clone() for p in params], RunConfig(optimizer=name), 0.01)
+    for _ in range(3):  # torch's own run, its state after 3 steps
+        for p in ref.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        ref.step()
+    theirs = ref.state_dict()
+    old = {"lr": 0.01, "state": {i: {k: int(v) if k == "step" else v.clone() for k, v in st.items()}
+                                 for i, st in theirs["state"].items()}}  # the former layout
+    new = make_optimizer([p.detach().clone() for p in ref.param_groups[0]["params"]], RunConfig(optimizer=name), 0.01)
+    new.load_state_dict(torch_optimizer_state(old, new))
+    for opt in (ref, new):
+        for p in opt.param_groups[0]["params"]:
+            p.grad = torch.full_like(p, 0.5)
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ref.param_groups[0]["params"], new.param_groups[0]["params"]))

@@ -70,7 +70,7 @@ class AuditSpec:
 
 # The files whose code makes the released updates (sampling, clipping, noise, accounting, the loop and
 # the strategies' phases) and the canaries and bounds of the audit itself: any change re-audits.
-MECHANISM_FILES = ("calibration.py", "engine.py", "execute.py", "trainer.py", "optim.py", "sparse.py", "lora.py",
+MECHANISM_FILES = ("calibration.py", "engine.py", "execute.py", "trainer.py", "sparse.py", "lora.py",
                    "privacy/*.py", "strategies/*.py", "audit/canaries.py", "audit/bounds.py", "audit/run.py")
 
 
