@@ -7,13 +7,15 @@ it lives (a ``"module:function"`` path imported only when it loads, so reading t
 no torch). Config validation, the command line's choices, the run form, the pages, previews,
 `dpviz.autotune` and the tests read it; adding a dataset or a backbone is one `add_dataset` /
 `add_backbone` call in a module of your own (named in ``DPVIZ_PLUGINS`` for the command line and the
-dashboard, as strategies are).
+dashboard, as strategies are: `dpviz.plugins`). A plugin adds entries but never replaces a built-in one,
+and a config naming a plugin's entry hashes with the plugin's module name (`plugin_fields`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -57,6 +59,7 @@ class Dataset:
         files: for source data_dir, what the folder must hold (the form's help and the error's).
         default_dir: a folder read when no data folder is given (an installed data package's files);
             a data folder may still be given instead.
+        plugin: the module that registered it ("" for dpviz's own); set by `add_dataset`.
     """
 
     name: str
@@ -68,6 +71,7 @@ class Dataset:
     proxy: str | None = None
     files: str = ""
     default_dir: str | None = None
+    plugin: str = ""
 
     @property
     def public(self) -> bool:
@@ -102,6 +106,7 @@ class Backbone:
         blocks: its block count where fixed at any input shape (previews need not build it); None: by building.
         tokenizer: text only: ``"module:function"`` taking the run's config, returning the folder of the
             backbone's tokenizer (``tokenizer.json`` or ``vocab.txt``), which text datasets tokenise with.
+        plugin: the module that registered it ("" for dpviz's own); set by `add_backbone`.
     """
 
     name: str
@@ -111,6 +116,7 @@ class Backbone:
     modality: str = "image"
     blocks: int | None = None
     tokenizer: str | Callable | None = None
+    plugin: str = ""
 
     @property
     def own(self) -> bool:
@@ -135,19 +141,47 @@ BACKBONES: dict[str, Backbone] = {}
 
 
 def add_dataset(entry: Dataset) -> Dataset:
-    """Register ``entry`` under its name (a later entry of the same name replaces it)."""
+    """Register ``entry`` under its name, as the calling module's (see `_register`); the entry registered."""
     if entry.modality not in MODALITIES or entry.source not in DATA_SOURCES:
         raise ValueError(f"dataset {entry.name}: modality in {MODALITIES}, source in {DATA_SOURCES}")
-    DATASETS[entry.name] = entry
-    return entry
+    return _register(DATASETS, "dataset", entry, _registrant())
 
 
 def add_backbone(entry: Backbone) -> Backbone:
-    """Register ``entry`` under its name (a later entry of the same name replaces it)."""
+    """Register ``entry`` under its name, as the calling module's (see `_register`); the entry registered."""
     if entry.modality not in MODALITIES or entry.source not in WEIGHT_SOURCES:
         raise ValueError(f"backbone {entry.name}: modality in {MODALITIES}, source in {WEIGHT_SOURCES}")
-    BACKBONES[entry.name] = entry
+    return _register(BACKBONES, "backbone", entry, _registrant())
+
+
+def _registrant() -> str:
+    """The module whose code called `add_dataset` / `add_backbone`; "" for dpviz's own entries (made here).
+
+    The caller, not the module named in ``DPVIZ_PLUGINS``: the same code registers an entry from the
+    command line and from Python, so its runs hash alike both ways (a package plugin registering from a
+    submodule is named by that submodule)."""
+    name = sys._getframe(2).f_globals.get("__name__", "")
+    return "" if name == __name__ else name
+
+
+def _register(table: dict, kind: str, entry, owner: str):
+    """Put ``entry`` in ``table`` as ``owner``'s: a later entry of the same name replaces an earlier
+    plugin's, never a built-in one, whose stored runs a plugin's would otherwise answer for."""
+    held = table.get(entry.name)
+    if owner and held is not None and not held.plugin:
+        raise ConfigError(kind, f"a name of its own: {owner} may not replace dpviz's built-in {kind}", entry.name)
+    table[entry.name] = entry = dataclasses.replace(entry, plugin=owner)
     return entry
+
+
+def plugin_fields(cfg) -> dict[str, str]:
+    """``{"_<field>_plugin": module}`` for each dataset or backbone of ``cfg`` that a plugin registered,
+    hashed with the config (`RunConfig.hash`): a plugin's entry never shares a cache key with a built-in
+    one or another plugin's of the same name. Built-in entries add nothing, so their hashes — the keys of
+    every stored run — do not change."""
+    named = {"dataset": DATASETS.get(cfg.dataset), "backbone": BACKBONES.get(cfg.backbone),
+             "public_dataset": DATASETS.get(cfg.public_dataset)}
+    return {f"_{field}_plugin": e.plugin for field, e in named.items() if e is not None and e.plugin}
 
 
 def dataset(name: str) -> Dataset:
@@ -240,30 +274,7 @@ for _b in (
     add_backbone(_b)
 
 
-PLUGIN_ERRORS: list[ConfigError] = []
-"""Plugins named in the environment that failed to import while dpviz itself was being imported: raised
-by `check_plugins` where an error can be shown (the command line's one line), not as a traceback."""
-
-
-def load_plugins(spec: str | None = None, *, variable: str = "DPVIZ_PLUGINS", deferred: bool = False) -> None:
-    """Import the modules named in ``spec`` (default: the environment ``variable``, comma-separated), each
-    adding its own datasets, backbones or strategies — how the command line and the dashboard find yours.
-    ``deferred``: keep a failure in `PLUGIN_ERRORS` instead of raising it (at import time)."""
-    for mod in filter(None, (m.strip() for m in (spec if spec is not None else
-                                                   os.environ.get(variable, "")).split(","))):
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            error = ConfigError(variable, f"importable module names ({e})", mod)
-            if not deferred:
-                raise error from None
-            PLUGIN_ERRORS.append(error)
-
-
-def check_plugins() -> None:
-    """Raise the first plugin that failed to import when dpviz was imported (see `PLUGIN_ERRORS`)."""
-    if PLUGIN_ERRORS:
-        raise PLUGIN_ERRORS[0]
-
+# The plugins (`dpviz.plugins`), loaded as dpviz is imported; their errors are kept for where they can be shown.
+from .plugins import PLUGIN_ERRORS, check_plugins, load_plugins  # noqa: E402,F401
 
 load_plugins(deferred=True)

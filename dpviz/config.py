@@ -169,6 +169,7 @@ class RunConfig:
             if catalog.dataset(self.dataset).modality != "text":
                 for k in _HASHED_ONLY_FOR_TEXT:
                     d.pop(k)
+            d.update(catalog.plugin_fields(self))  # a plugin's entries: never a built-in one's key
             d["_schema"] = SCHEMA_VERSION
             if self.accountant == "gdp":  # σ is calibrated by PRV's bound now (GDP's overspent): not the old runs
                 d["_gdp_calibrated_by"] = "prv"

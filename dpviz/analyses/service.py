@@ -99,7 +99,7 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     from .hessian import Checkpoint
 
     cfg = RunConfig.from_dict(store.get_run(run_id)["config"], reset_unread=True)
-    state = store.load_weights(run_id, step)
+    state = weights_at(store, run_id, step, cfg.keep_weights)
     prep = _prepared(cfg.to_json(), str(store.root))  # once per run, not per checkpoint
     model = copy.deepcopy(prep.model).to(prep.device)
     model.load_state_dict(state)
@@ -110,6 +110,22 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     return Checkpoint(model=model, x=b.x_train[idx].to(prep.device), y=b.y_train[idx].to(prep.device),
                       trainable=plan_at(prep.plans, step).trainable, noise_multiplier=sigma,
                       batch_size=cfg.batch_size, clip_norm=cfg.clip_norm, clipping=cfg.clipping)
+
+
+def weights_at(store: Store, run_id: str, step: int, keep_weights: str) -> dict:
+    """The model's state dict at ``step``: its checkpoint's weights, or at the last checkpoint the final model
+    (all a run with keep_weights "final" keeps); otherwise a `StoreError` naming keep_weights and what to do."""
+    if step in store.weight_steps(run_id):
+        return store.load_weights(run_id, step)
+    last = store.feature_steps(run_id)[-1]
+    if step == last and keep_weights != "none" and store.get_run(run_id).get("status") == "finished":
+        return store.load_model(run_id)["state_dict"]  # the last checkpoint is taken at the end, then saved
+    how = {"final": f"keeps only its final model (keep_weights final), at step {last}: analyse that step, or "
+                    "re-run it with --keep-weights checkpoints",
+           "none": "keeps no weights (keep_weights none): re-run it with --keep-weights checkpoints (or final "
+                   "for its last step)"}
+    raise StoreError(f"keep_weights: run {run_id} has no weights at step {step}; it " + how.get(
+        keep_weights, "was stored before dpviz kept them, or has not finished: re-run it"))
 
 
 def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], reference: list, step: int) -> dict:

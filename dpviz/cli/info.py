@@ -150,15 +150,25 @@ def parse_changes(items) -> dict:
     return out  # a bad value is named when the scorecard plans its runs, before anything trains
 
 
+def _list_claims(task: str, as_json: bool) -> int:
+    """The claims and what each measures on ``task`` (or why it cannot be read there)."""
+    from .. import reproduce
+
+    rows = [{"id": c.id, "seed": c.seed, "paper": reproduce.PAPERS[c.seed][0], "title": reproduce.PAPERS[c.seed][1],
+             "sentence": c.sentence, "preset": c.experiment(task), "readable": why is None, "why_not": why,
+             "private": c.private} for c in reproduce.CLAIMS for why in [c.why_not(task)]]
+    print(dump(rows) if as_json else "\n".join(
+        f"{r['id']:<16} [{r['paper']}] {r['sentence']}  ({r['why_not'] or r['preset']})" for r in rows))
+    return 0
+
+
 def cmd_reproduce(args) -> int:
     from .. import reproduce
     from ..tasks import task
 
     task(args.task, "task")  # a one-line error naming the tasks
     if args.list:
-        print("\n".join(f"{c.id:<16} [{reproduce.PAPERS[c.seed][0]}] {c.sentence}  "
-                        f"({c.why_not(args.task) or c.experiment(args.task)})" for c in reproduce.CLAIMS))
-        return 0
+        return _list_claims(args.task, args.json)
     unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
     if unknown:
         raise ConfigError("claims", f"some of {', '.join(reproduce.REGISTRY)}", unknown[0])

@@ -8,6 +8,7 @@ only when every point of its grid finished. `PARSERS` maps each subcommand to it
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..config import RunConfig
@@ -176,13 +177,25 @@ def cmd_worker(args) -> int:
     from .. import runner, sweeps
 
     at_least(args, "threads", 1)
-    st = sweeps.storage(args.storage, args.cache_dir)  # a damaged journal is one line, before torch works
+    st = _existing_storage(args)  # a damaged journal is one line, before torch works
     if args.threads:
         torch.set_num_threads(args.threads)
-    known = [s.study_name for s in optuna.get_all_study_summaries(st) if s.study_name.startswith("dpviz-")]
+    known = [] if st is None else [s.study_name for s in optuna.get_all_study_summaries(st)
+                                   if s.study_name.startswith("dpviz-")]
     if args.study and args.study not in known:
         raise ConfigError("study", f"a dpviz study in this storage ({', '.join(known) or 'none yet'})", args.study)
     names = [args.study] if args.study else known
     for name in names:
         sweeps.work(optuna.load_study(study_name=name, storage=st), run=runner.run, cache_dir=args.cache_dir)
     return 0
+
+
+def _existing_storage(args):
+    """The storage the worker reads, or None where no journal file exists yet: no study to work on, and
+    opening the storage would create the file (a refused ``--study`` must leave the cache as it was)."""
+    from .. import sweeps
+    from ..journal import journal_path
+
+    if not (args.storage or os.environ.get("DPVIZ_STORAGE")) and not journal_path(args.cache_dir).exists():
+        return None
+    return sweeps.storage(args.storage, args.cache_dir)

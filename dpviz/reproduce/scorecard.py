@@ -75,8 +75,8 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     from ..store import Store
 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
+    todo = plan(chosen, seeds, task, changes)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
-    todo = plan(chosen, seeds, task, changes)
     if workers > 1:
         from . import workers as pool
 
