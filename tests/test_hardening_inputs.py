@@ -95,18 +95,21 @@ def plant_in_texts(root: Path, name: str, make) -> Path:
     return d
 
 
-def csv_folder(root: Path, text: str) -> Path:
+def csv_folder(root: Path, train: str, header: str = "text,label") -> Path:
+    """``root/csv/{train,test}.csv``: ``header`` and ``train``'s rows, and a valid test split."""
     d = root / "csv"
     d.mkdir()
-    (d / "data.csv").write_text(text, encoding="utf-8")
+    (d / "train.csv").write_text(f"{header}\n{train}", encoding="utf-8")
+    (d / "test.csv").write_text(f"text,label\n{ROWS}", encoding="utf-8")
     return d
 
 
 ROWS = "".join(f"message {i} about {'ab'[i % 2]},{'ab'[i % 2]}\n" for i in range(10))
 HF_RUN = ["run", "--dataset", "text-folder", "--data-dir", "TEXTS", "--backbone", "hf", "--weights", "HF"]
+CSV_RUN = ["run", "--dataset", "text-csv", "--backbone", "minilm", "--data-dir", "D"]
 TEXT_RUN = ["run", "--dataset", "text-folder", "--backbone", "minilm", "--data-dir"]
 HUGE = dict(hidden_size=16_384, num_hidden_layers=128, intermediate_size=65_536,
-            num_attention_heads=16)  # each size at its limit: 413 billion weights, 1.5 TiB in fp32
+            num_attention_heads=16)  # each size within its limit, together 413 billion weights: 1.5 TiB in fp32
 # id: (argv, {placeholder in argv: what builds it in the test's folder}, field, what the line must name)
 CASES = {
     "hf-truncated-safetensors": (HF_RUN, {"HF": truncated}, "weights", "model.safetensors"),
@@ -125,15 +128,17 @@ CASES = {
     "text-over-1-mib": (TEXT_RUN + ["D"], {"D": lambda r: plant_in_texts(
         r, "big.txt", lambda p: p.write_text("word " * (2**20 // 5 + 1)))}, "data_dir", "big.txt"),
     "image-bomb": (["run", "--dataset", "folder", "--data-dir", "D"], {"D": image_folder}, "data_dir", "bomb.png"),
-    "csv-unclosed-quote": (["run", "--dataset", "text-csv", "--backbone", "minilm", "--data-dir", "D"],
-                           {"D": lambda r: csv_folder(r, "text,label\n" + ROWS[:40] + '"never closed,a\n' + ROWS[40:])},
-                           "data_dir", "data.csv"),
-    "csv-two-text-columns": (["run", "--dataset", "text-csv", "--backbone", "minilm", "--data-dir", "D"],
-                             {"D": lambda r: csv_folder(r, "text,label,text\n" + ROWS.replace("\n", ",x\n"))},
-                             "data_dir", "data.csv"),
+    "csv-unclosed-quote": (CSV_RUN, {"D": lambda r: csv_folder(r, train=ROWS[:40] + 'stray,"a\n' + ROWS[40:])},
+                           "data_dir", "train.csv line 4: not valid CSV"),
+    "csv-quote-closed-rows-later": (CSV_RUN, {"D": lambda r: csv_folder(
+        r, train=ROWS[:40] + 'stray,"a\n' + ROWS[40:80] + 'end",b\n' + ROWS[80:])}, "data_dir", "train.csv line 4"),
+    "csv-two-text-columns": (CSV_RUN, {"D": lambda r: csv_folder(r, header="text,label,text",
+                                                                 train=ROWS.replace("\n", ",x\n"))},
+                             "data_dir", "train.csv"),
     "max-length-on-images": (["run", "--dataset", "digits", "--max-length", "32"], {}, "max_length", "digits"),
     "text-classes-of-3-texts": (TEXT_RUN + ["D"], {"D": lambda r: text_folder(r, 2, 3)}, "data_dir", "'c0' has 3"),
-    "3000-classes-of-3-texts": (TEXT_RUN + ["D"], {"D": lambda r: text_folder(r, 3000, 3)}, "data_dir", "texts"),
+    "3000-classes-of-3-texts": (TEXT_RUN + ["D"], {"D": lambda r: text_folder(r, 3000, 3)}, "data_dir",
+                                "texts: 3,000 classes"),
 }
 
 

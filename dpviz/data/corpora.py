@@ -156,9 +156,10 @@ def read_tweets(path: Path | None = None,
 def read_csv(path: Path) -> tuple[list[str], list[str]]:
     """A user's CSV with columns ``text`` and ``label`` (UTF-8): every row, in order.
 
-    Read strictly: a quote opened and never closed (which would merge every later row into one text),
-    or a character after a closing quote, is refused with the line its row starts on; so is a header
-    naming ``text`` or ``label`` twice (which one to read would be a guess).
+    Read strictly: a quote opened and never closed (which would merge every later row into one cell), a
+    character after a closing quote, or a label spanning lines (rows merged into one cell until a later
+    quote closed it) is refused with the line its row starts on; so is a header naming ``text`` or
+    ``label`` twice (which one to read would be a guess).
     """
     if not path.is_file():
         raise ConfigError("data_dir", f"no file {path} (expected columns text and label)")
@@ -171,18 +172,26 @@ def read_csv(path: Path) -> tuple[list[str], list[str]]:
         start = rows.line_num + 1
         for row in rows:
             if any(cell.strip() for cell in row):  # else a blank line
-                text, label = (row[i] if i < len(row) else ""), (row[j].strip() if j < len(row) else "")
-                if not text.strip() or not label:
-                    raise ConfigError("data_dir", f"{path} line {start}: an empty "
-                                                  f"{'text' if not text.strip() else 'label'}")
-                texts.append(text.strip())
+                text, label = _text_and_label(path, row, (i, j), (start, rows.line_num))
+                texts.append(text)
                 labels.append(label)
             start = rows.line_num + 1
     except csv.Error as e:
-        hint = ": a quote opened there is never closed" if "end of data" in str(e) else ""
-        raise ConfigError("data_dir", f"cannot read {path} as CSV, the row starting at line {start} "
-                                      f"({str(e)[:120]}){hint}") from None
+        hint = ": a quote opened on this line is never closed" if "end of data" in str(e) else ""
+        raise ConfigError("data_dir", f"{path} line {start}: not valid CSV ({str(e)[:120]}){hint}") from None
     return texts, labels
+
+
+def _text_and_label(path: Path, row: list[str], columns: tuple[int, int], lines: tuple[int, int]) -> tuple[str, str]:
+    """The text and label of ``row`` (read from ``lines`` first to last), stripped; refused when either is
+    empty or the label spans lines (a text may, a class name never: rows merged by a stray quote)."""
+    text, label = (row[k].strip() if k < len(row) else "" for k in columns)
+    if not text or not label:
+        raise ConfigError("data_dir", f"{path} line {lines[0]}: an empty {'text' if not text else 'label'}")
+    if "\n" in label or "\r" in label:
+        raise ConfigError("data_dir", f"{path} line {lines[0]}: a label spanning lines {lines[0]}-{lines[1]} "
+                                      f"(a quote opened on line {lines[0]} closes only on line {lines[1]})")
+    return text, label
 
 
 def _columns(path: Path, header: list[str]) -> tuple[int, int]:

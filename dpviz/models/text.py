@@ -91,9 +91,11 @@ def check_hf_folder(folder: Path) -> None:
         config = json.loads(read_input(path, MAX_CONFIG_BYTES, "weights"))
     except ValueError as e:  # not UTF-8 or not JSON
         raise ConfigError("weights", f"{path} is not a JSON file ({str(e).splitlines()[0][:120]})") from None
-    if not isinstance(config, dict) or config.get("model_type") not in FAMILIES:
-        got = config.get("model_type") if isinstance(config, dict) else type(config).__name__
-        raise ConfigError("weights", f"{path}: a BERT-family encoder ({', '.join(FAMILIES)}); it holds {got!r}")
+    if not isinstance(config, dict):
+        raise ConfigError("weights", f"{path} is not a JSON object of a model's settings", type(config).__name__)
+    if config.get("model_type") not in FAMILIES:
+        raise ConfigError("weights", f"{path}: model_type must name a BERT-family encoder ({', '.join(FAMILIES)})",
+                          config.get("model_type"))
     _check_memory(path, hf_sizes(config, path))
     for f in sorted(folder.glob("*.safetensors")):
         _check_safetensors(f)
@@ -150,7 +152,7 @@ def _check_safetensors(path: Path) -> None:
     if not path.is_file():
         raise ConfigError("weights", f"{path} is not a regular file")
     try:
-        with safe_open(str(path), framework="numpy") as f:
+        with safe_open(str(path), framework="pt") as f:  # any dtype (numpy has no bfloat16)
             f.keys()
     except (SafetensorError, OSError) as e:
         raise ConfigError("weights", f"{path} is not a whole safetensors file "
