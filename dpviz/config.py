@@ -21,7 +21,8 @@ from . import catalog, strategies
 from .errors import ConfigError
 from .fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
     ACCOUNTANTS, AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
-    MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, coerce, finite_numbers, parse_epsilon, total_steps, unset, validate)
+    MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, TEXT_ONLY_FIELDS, coerce, finite_numbers, parse_epsilon, total_steps,
+    unread_by_data, unset, validate)
 
 SCHEMA_VERSION = 1
 
@@ -34,7 +35,6 @@ _UNHASHED = ("device",)
 # Fields added after runs were stored: hashed only when the run's strategy reads them, so every
 # earlier run keeps its cache key.
 _HASHED_ONLY_FOR_OWNER = ("lora_rank",)
-_HASHED_ONLY_FOR_TEXT = ("max_length",)  # read only by text datasets (the tokenizer's truncation)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class RunConfig:
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
             if catalog.dataset(self.dataset).modality != "text":
-                for k in _HASHED_ONLY_FOR_TEXT:
+                for k in TEXT_ONLY_FIELDS:  # read only by text datasets
                     d.pop(k)
             d.update(catalog.plugin_fields(self))  # a plugin's entries: never a built-in one's key
             d["_schema"] = SCHEMA_VERSION
@@ -224,7 +224,8 @@ def load_config_file(path: str | Path) -> dict:
 
 
 def without_unread(d: dict) -> dict:
-    """Config fields ``d`` with those its strategy ignores reset to their unset value (`fields.unset`).
+    """Config fields ``d`` with those its strategy or dataset ignores reset to their unset value
+    (`fields.unset`).
 
     For configs made by changing another's strategy (a sweep's points, a page's twin run) and for runs
     stored before ignored fields were refused.
@@ -233,5 +234,5 @@ def without_unread(d: dict) -> dict:
     probe = RunConfig.__new__(RunConfig)  # unvalidated: `unread` only reads fields
     for k, v in defaults.items():
         object.__setattr__(probe, k, d.get(k, v))
-    ignored = strategies.get(probe.strategy).unread(probe)
+    ignored = strategies.get(probe.strategy).unread(probe) + unread_by_data(probe)
     return {**d, **{k: unset(k, defaults[k])[0] for k in ignored if k in d and d[k] not in unset(k, defaults[k])}}

@@ -32,6 +32,7 @@ _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1,
                "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1),
                "max_length": (8, 512), "train_size": (0, 10**7)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
+TEXT_ONLY_FIELDS = ("max_length",)  # read only by text datasets (the tokenizer's truncation)
 
 # The longest schedule one run may have: every step is a DP step (≥ 2 ms even for the built-in CNN at
 # B = 1 on a 2-core CPU, measured), the run stores metrics every eval_every steps and the accountant's
@@ -183,9 +184,15 @@ def unset(name: str, default) -> tuple:
     return (LR_DEFAULTS[name], AUTO, default) if name in LR_DEFAULTS else (default,)
 
 
+def unread_by_data(cfg) -> tuple[str, ...]:
+    """The fields ``cfg``'s dataset ignores: `TEXT_ONLY_FIELDS` for a dataset that is not text."""
+    data = catalog.DATASETS.get(cfg.dataset)
+    return TEXT_ONLY_FIELDS if data is not None and data.modality != "text" else ()
+
+
 def check_unread(cfg) -> None:
-    """A field the config's strategy ignores keeps its unset value: any other value would change nothing
-    but the cache key, so the same run would be stored twice under two keys."""
+    """A field the config's strategy or dataset ignores keeps its unset value: any other value would be
+    silently ignored (and for a strategy's field change the cache key, storing the same run twice)."""
     chosen = strategies.get(cfg.strategy)
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name in chosen.unread(cfg):
@@ -193,6 +200,10 @@ def check_unread(cfg) -> None:
         if value not in unset(name, defaults[name]):
             raise ConfigError(name, f"not read by strategy {cfg.strategy}{_why(chosen, cfg, name)}: leave it out "
                               "(it would only change the run's cache key)", value)
+    for name in unread_by_data(cfg):
+        if getattr(cfg, name) != defaults[name]:
+            raise ConfigError(name, f"not read by {catalog.DATASETS[cfg.dataset].modality} dataset {cfg.dataset} "
+                              "(only text datasets): leave it out", getattr(cfg, name))
 
 
 def _why(cls, cfg, name: str) -> str:

@@ -10,6 +10,11 @@ name follows a link planted there: it truncates or creates the link's target. So
 * the folders dpviz makes inside a store are checked not to be links before a file goes in.
 
 A link or a non-regular file where a lock belongs is a one-line `StoreError` naming it.
+
+Input files a user names (texts, CSVs, a model's config) are read by `read_input`: links are followed
+(datasets are often assembled from links), but what is read must be a regular file of bounded size, so a
+link to /dev/zero, a FIFO or a folder named like a file is a one-line `ConfigError`, never a hang or an
+exhausted memory.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -97,3 +102,45 @@ def locked(path: str | Path, how: int = fcntl.LOCK_EX):
         yield fd
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in a few words."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_input(path: str | Path, limit: int, field: str) -> bytes:
+    """The bytes of the user's file ``path``: a regular file (links followed) of at most ``limit`` bytes.
+
+    The target is checked before opening (a device is never opened) and again on the open descriptor
+    (a swap meanwhile is caught); the open never blocks (a FIFO is refused, not waited on), and at most
+    ``limit`` + 1 bytes are read (a file that grew is refused, not read whole).
+
+    Raises:
+        ConfigError: on ``field``, naming ``path`` and what it is instead.
+    """
+    def refuse(why: str):
+        return ConfigError(field, f"{path} {why} (expected a regular file of at most {limit:,} bytes)")
+
+    def kind(mode: int) -> str:
+        return f"{'links to' if os.path.islink(path) else 'is'} {_kind(mode)}"
+
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise refuse(kind(mode))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise refuse(f"cannot be opened ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(kind(st.st_mode))
+        data = f.read(limit + 1) if st.st_size <= limit else b""
+    if st.st_size > limit or len(data) > limit:
+        raise refuse(f"has {max(st.st_size, len(data)):,} bytes")
+    return data

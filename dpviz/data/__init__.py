@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import catalog
+from ..errors import ConfigError
 
 
 @dataclass
@@ -74,6 +75,16 @@ class Bundle:
 def to_unit_range(x: torch.Tensor, max_value: float) -> torch.Tensor:
     """Scale raw pixels in [0, max_value] to [-1, 1] with fixed constants."""
     return (x.float() / max_value) * 2.0 - 1.0
+
+
+MAX_CLASSES = 1000  # a user's dataset: its head has one output per class (ImageNet-1k's count)
+
+
+def check_class_count(count: int, where) -> None:
+    """Refuse a user's dataset of more than `MAX_CLASSES` classes (one line on data_dir naming ``where``)."""
+    if count > MAX_CLASSES:
+        raise ConfigError("data_dir", f"{where}: {count:,} classes, over dpviz's limit of {MAX_CLASSES:,} "
+                                      "(each class trains one output of the head)")
 
 
 TEST_CAP = 1000  # at most this many test examples when a run asks for a training subset (`RunConfig.train_size`)

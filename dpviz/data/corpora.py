@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from ..safefile import read_input
 
 SPLIT_SEED = 20240529  # the fixed split: the same for every run, whatever its seed
 TEST_FRACTION = 0.2
@@ -29,6 +30,9 @@ _LINK = re.compile(r"https?://\S+|www\.\S+|@\w+")
 _NON_WORD = re.compile(r"[\W_]+")
 _ASCII_NON_WORD = {i: " " for i in range(128) if not chr(i).isalnum()}  # `_NON_WORD` on ASCII, faster
 csv.field_size_limit(16 * 2**20)  # a long text in a CSV cell (the default limit is 128 KiB)
+# A user's files, read whole into memory: a text file is cut to at most 512 tokens (a few KiB) anyway.
+MAX_TEXT_BYTES = 2**20  # one .txt file: 1 MiB
+MAX_CSV_BYTES = 2**30  # one CSV file: 1 GiB
 
 
 def squash(text: str) -> str:
@@ -150,38 +154,66 @@ def read_tweets(path: Path | None = None,
 
 
 def read_csv(path: Path) -> tuple[list[str], list[str]]:
-    """A user's CSV with columns ``text`` and ``label`` (UTF-8): every row, in order."""
+    """A user's CSV with columns ``text`` and ``label`` (UTF-8): every row, in order.
+
+    Read strictly: a quote opened and never closed (which would merge every later row into one cell), a
+    character after a closing quote, or a label spanning lines (rows merged into one cell until a later
+    quote closed it) is refused with the line its row starts on; so is a header naming ``text`` or
+    ``label`` twice (which one to read would be a guess).
+    """
     if not path.is_file():
         raise ConfigError("data_dir", f"no file {path} (expected columns text and label)")
-    rows = csv.reader(io.StringIO(decode(path.read_bytes(), path), newline=""))
+    rows = csv.reader(io.StringIO(decode(read_input(path, MAX_CSV_BYTES, "data_dir"), path), newline=""),
+                      strict=True)
+    start = 1  # the line the row being read starts on
     try:
-        header = [h.strip() for h in next(rows, [])]
-        missing = [c for c in ("text", "label") if c not in header]
-        if missing:
-            raise ConfigError("data_dir", f"{path} has no column {' or '.join(missing)} (its header: "
-                                          f"{', '.join(header)[:120] or 'none'}); expected text and label")
-        i, j = header.index("text"), header.index("label")
+        i, j = _columns(path, [h.strip() for h in next(rows, [])])
         texts, labels = [], []
+        start = rows.line_num + 1
         for row in rows:
-            if not any(cell.strip() for cell in row):
-                continue  # a blank line
-            text, label = (row[i] if i < len(row) else ""), (row[j].strip() if j < len(row) else "")
-            if not text.strip() or not label:
-                raise ConfigError("data_dir", f"{path} line {rows.line_num}: an empty "
-                                              f"{'text' if not text.strip() else 'label'}")
-            texts.append(text.strip())
-            labels.append(label)
+            if any(cell.strip() for cell in row):  # else a blank line
+                text, label = _text_and_label(path, row, (i, j), (start, rows.line_num))
+                texts.append(text)
+                labels.append(label)
+            start = rows.line_num + 1
     except csv.Error as e:
-        raise ConfigError("data_dir", f"cannot read {path} as CSV ({str(e)[:120]})") from None
+        hint = ": a quote opened on this line is never closed" if "end of data" in str(e) else ""
+        raise ConfigError("data_dir", f"{path} line {start}: not valid CSV ({str(e)[:120]}){hint}") from None
     return texts, labels
 
 
+def _text_and_label(path: Path, row: list[str], columns: tuple[int, int], lines: tuple[int, int]) -> tuple[str, str]:
+    """The text and label of ``row`` (read from ``lines`` first to last), stripped; refused when either is
+    empty or the label spans lines (a text may, a class name never: rows merged by a stray quote)."""
+    text, label = (row[k].strip() if k < len(row) else "" for k in columns)
+    if not text or not label:
+        raise ConfigError("data_dir", f"{path} line {lines[0]}: an empty {'text' if not text else 'label'}")
+    if "\n" in label or "\r" in label:
+        raise ConfigError("data_dir", f"{path} line {lines[0]}: a label spanning lines {lines[0]}-{lines[1]} "
+                                      f"(a quote opened on line {lines[0]} closes only on line {lines[1]})")
+    return text, label
+
+
+def _columns(path: Path, header: list[str]) -> tuple[int, int]:
+    """The positions of the columns ``text`` and ``label`` in ``header``, each there exactly once."""
+    missing = [c for c in ("text", "label") if c not in header]
+    twice = [c for c in ("text", "label") if header.count(c) > 1]
+    if missing or twice:
+        what = f"no column {' or '.join(missing)}" if missing else f"the column {' and '.join(twice)} twice"
+        raise ConfigError("data_dir", f"{path} has {what} (its header: "
+                                      f"{', '.join(header)[:120] or 'none'}); expected one text and one label column")
+    return header.index("text"), header.index("label")
+
+
 def read_folder(root: Path) -> tuple[list[str], list[str]]:
-    """``root/<class>/*.txt`` (UTF-8), classes and files in sorted order."""
+    """``root/<class>/*.txt`` (UTF-8), classes and files in sorted order.
+
+    Every ``*.txt`` entry must be a regular file of at most `MAX_TEXT_BYTES` (links followed, see
+    `safefile.read_input`): a folder, FIFO or device named ``*.txt`` is refused, not skipped."""
     texts, labels = [], []
     for c in sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for f in sorted((root / c).glob("*.txt")):
-            text = decode(f.read_bytes(), f).strip()
+            text = decode(read_input(f, MAX_TEXT_BYTES, "data_dir"), f).strip()
             if not text:
                 raise ConfigError("data_dir", f"{f} is empty (every text file needs some text)")
             texts.append(text)

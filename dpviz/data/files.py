@@ -11,7 +11,10 @@ Nothing is downloaded: ``cfg.data_dir`` (or an installed package's folder) must 
                    split 80/20 by class (fixed seed); images become RGB 32×32
 
 A missing, empty or unreadable file raises a one-line `ConfigError` on
-``data_dir`` that names the file, never a traceback from inside a parser.
+``data_dir`` that names the file, never a traceback from inside a parser. A folder of images has at
+most `MAX_CLASSES` (1,000) classes, and each image at most `MAX_IMAGE_PIXELS` (2^26 ≈ 67 million
+pixels, e.g. 8192 × 8192; checked from its header, before it is decoded): a larger one, such as a
+small file declaring a huge size (a decompression bomb), is refused naming it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import gzip
 import pickle
 import struct
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,10 +32,13 @@ from PIL import Image
 
 from .. import catalog
 from ..errors import ConfigError
-from . import Bundle, to_unit_range
+from . import Bundle, check_class_count, to_unit_range
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 FOLDER_SIZE = 32
+# Below PIL's own limit (Image.MAX_IMAGE_PIXELS, ≈ 89.5 million: a warning, and an error at twice it), so
+# an image is refused by this one rule, in one line, before it is decoded; above most cameras' photos.
+MAX_IMAGE_PIXELS = 2**26
 _PARSE_ERRORS = (OSError, ValueError, TypeError, RuntimeError, AssertionError, EOFError,
                  KeyError, IndexError, AttributeError, pickle.UnpicklingError)
 
@@ -226,11 +233,26 @@ def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[li
     return paths, labels
 
 
+def _open_image(p: Path) -> Image.Image:
+    """The image ``p``, opened (header read, nothing decoded) and refused beyond `MAX_IMAGE_PIXELS`."""
+    too_big = f"at most {MAX_IMAGE_PIXELS:,} pixels an image"
+    with warnings.catch_warnings():  # PIL warns past its own limit: this rule's error says it instead
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(p)
+        except Image.DecompressionBombError:  # past twice PIL's limit: refused by PIL before ours
+            raise ConfigError("data_dir", f"{p} declares more pixels than PIL opens ({too_big})") from None
+    if im.width * im.height > MAX_IMAGE_PIXELS:
+        im.close()
+        raise ConfigError("data_dir", f"{p} is {im.width:,} × {im.height:,} pixels ({too_big})")
+    return im
+
+
 def _read_images(paths: list[Path]) -> np.ndarray:
     """Decode images as RGB, resize to FOLDER_SIZE², return uint8 (N, 3, S, S)."""
     out = []
     for p in paths:
-        with _reading(p, "an image"), Image.open(p) as im:
+        with _reading(p, "an image"), _open_image(p) as im:
             im = im.convert("RGB").resize((FOLDER_SIZE, FOLDER_SIZE), Image.BILINEAR)
             out.append(np.asarray(im))  # (S, S, 3)
     return np.stack(out).transpose(0, 3, 1, 2)
@@ -251,6 +273,7 @@ def load_folder(cfg) -> Bundle:
     paths, labels = _list_images(tr if split else root, classes, index)
     if len(classes) < 2 or not paths:
         raise ConfigError("data_dir", f"no class folders with images under {root} ({expected})")
+    check_class_count(len(classes), tr if split else root)
     if split:
         extra = sorted(set(_class_dirs(te)) - set(classes))
         if extra:

@@ -11,6 +11,11 @@
     text-csv           <data_dir>/train.csv + test.csv, or data.csv split 80/20; columns text, label
     text-folder        <data_dir>/{train,test}/<class>/*.txt, or <data_dir>/<class>/*.txt split 80/20
 
+A user's texts must be enough to train every class: at most `MAX_CLASSES` (1,000) classes, and at least
+`MIN_TRAIN_TEXTS` (3) training texts per class, so a split dpviz makes needs 4 texts per class (3 to
+train on, 1 to test); more classes than n / 3 are thus refused too. Anything else is refused up front,
+in one line on data_dir, before a text is tokenised.
+
 Duplicates (texts equal up to case, punctuation, links and @mentions: `corpora.text_key`) are removed
 before a split dpviz makes, a text under two labels entirely, so no text is in both splits; every split
 dpviz makes is stratified 80/20 with a fixed seed, the same whatever the run's seed. A user's own
@@ -20,16 +25,19 @@ tokenised with the run's backbone's tokenizer to ``cfg.max_length`` ids (`dpviz.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import torch
 
 from ..errors import ConfigError
-from . import Bundle
+from . import Bundle, check_class_count
 from .corpora import (balance, dedupe, read_bbc_news, read_csv, read_folder, read_tweets, stratified_split,
                       title_key)
 from .phrases import SENTIMENTS, TOPICS, sentiment_phrases, topic_phrases
 from .tokens import cached_encode, tokenizer_setup
+
+MIN_TRAIN_TEXTS = 3  # per class: fewer leave a class nothing to learn from under DP noise
 
 
 def text_bundle(name: str, classes: tuple[str, ...], train: tuple[list[str], list[int]],
@@ -59,6 +67,8 @@ def split_corpus(name: str, texts: list[str], labels: list[str], cfg, *, balance
     classes = tuple(sorted(set(labels)))
     if len(classes) < 2:
         raise ConfigError("data_dir", f"{where}: at least 2 classes (found {len(classes)}: {', '.join(classes)})")
+    check_class_count(len(classes), where)
+    _check_per_class(labels, MIN_TRAIN_TEXTS + 1, where, f"texts ({MIN_TRAIN_TEXTS} to train on, 1 to test)")
     if balanced:
         texts, labels = balance(texts, labels)
     try:
@@ -72,6 +82,14 @@ def split_corpus(name: str, texts: list[str], labels: list[str], cfg, *, balance
     return text_bundle(name, classes, part(i_tr), part(i_te), cfg)
 
 
+def _check_per_class(labels: list[str], least: int, where, what: str) -> None:
+    """Refuse when a class has fewer than ``least`` of ``labels``; the error names the smallest class."""
+    label, count = min(Counter(labels).items(), key=lambda kv: (kv[1], kv[0]))
+    if count < least:
+        raise ConfigError("data_dir", f"{where}: class {label!r} has {count} text(s); each class needs at least "
+                                      f"{least} {what}")
+
+
 def presplit(name: str, train: tuple[list[str], list[str]], test: tuple[list[str], list[str]], cfg,
              *, where: tuple[Path, Path]) -> Bundle:
     """A user's own train and test splits, kept as given (classes: the training split's, sorted)."""
@@ -83,6 +101,8 @@ def presplit(name: str, train: tuple[list[str], list[str]], test: tuple[list[str
     extra = sorted(set(test[1]) - set(classes))
     if extra:
         raise ConfigError("data_dir", f"{where[1]} has classes not in {where[0]}: {', '.join(extra)[:120]}")
+    check_class_count(len(classes), where[0])
+    _check_per_class(train[1], MIN_TRAIN_TEXTS, where[0], "training texts")
     index = {c: i for i, c in enumerate(classes)}
     return text_bundle(name, classes, (train[0], [index[c] for c in train[1]]),
                        (test[0], [index[c] for c in test[1]]), cfg)

@@ -22,10 +22,17 @@ tokenizer's pad id on the right:
   the (B, T) tensor instead, so that their per-sample gradients exist;
 * the model is put in training mode (``from_pretrained`` returns it in eval mode, where per-sample
   hooks that check ``training`` would record nothing).
+
+An ``hf`` folder is checked before its texts are tokenised or anything is built (`check_hf_folder`):
+its config.json (at most 1 MiB) must name a BERT-family model whose sizes are whole numbers within
+`CONFIG_LIMITS` and whose fp32 weights (estimated from those sizes, `weight_count` × 4 bytes) take at
+most half of the machine's physical memory; every ``*.safetensors`` file in it must be whole (its
+header, and every tensor's bytes within the file, as the safetensors library checks on opening).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,9 +41,22 @@ import torch
 from torch import nn
 
 from ..errors import BackboneError, ConfigError
+from ..safefile import read_input
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
 LORA_TARGETS = ("query", "value", "q_lin", "v_lin")  # DP-LoRA's standard setting: W_q and W_v
+# The largest sizes an hf config.json may ask for: far above the largest BERT-family encoders
+# (XLM-RoBERTa XXL: 48 layers, hidden 4,096, feed-forward 16,384, 250,002 tokens), far below sizes that
+# would hang the build for minutes or fail inside it.
+CONFIG_LIMITS = {"vocab_size": 1_000_000, "hidden_size": 16_384, "embedding_size": 16_384,
+                 "num_hidden_layers": 128, "num_attention_heads": 256, "intermediate_size": 65_536,
+                 "max_position_embeddings": 65_536, "type_vocab_size": 1_024}
+CONFIG_DEFAULTS = {"vocab_size": 30_522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                   "intermediate_size": 3_072, "max_position_embeddings": 512, "type_vocab_size": 2}  # BERT's
+DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+                    "hidden_dim": "intermediate_size"}  # its config.json's names for the same sizes
+MAX_CONFIG_BYTES = 2**20
+MEMORY_SHARE = 0.5  # of physical memory the fp32 weights may take: training also holds their gradients
 
 
 def minilm_folder(cfg=None) -> str:
@@ -50,12 +70,93 @@ def minilm_folder(cfg=None) -> str:
 
 
 def weights_folder(cfg) -> str:
-    """The ``hf`` backbone's folder: the run's ``weights``, which must hold a model and its tokenizer."""
+    """The ``hf`` backbone's folder: the run's ``weights``, which must hold a model and its tokenizer
+    (checked by `check_hf_folder`: this is the tokenizer's folder too, read before anything is built)."""
     folder = Path(cfg.weights or "")
     if not (folder.is_dir() and (folder / "config.json").is_file()):
         raise ConfigError("weights", "for hf, a local folder with config.json, the weights and the tokenizer "
                           "of a BERT-family encoder (BERT, RoBERTa, DistilBERT, MiniLM)", cfg.weights)
+    check_hf_folder(folder)
     return str(folder)
+
+
+def check_hf_folder(folder: Path) -> None:
+    """Refuse an hf folder whose config or weights files could not be built (see the module docstring).
+
+    Raises:
+        ConfigError: on weights, one line naming the file and the rule.
+    """
+    path = folder / "config.json"
+    try:
+        config = json.loads(read_input(path, MAX_CONFIG_BYTES, "weights"))
+    except ValueError as e:  # not UTF-8 or not JSON
+        raise ConfigError("weights", f"{path} is not a JSON file ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(config, dict):
+        raise ConfigError("weights", f"{path} is not a JSON object of a model's settings", type(config).__name__)
+    if config.get("model_type") not in FAMILIES:
+        raise ConfigError("weights", f"{path}: model_type must name a BERT-family encoder ({', '.join(FAMILIES)})",
+                          config.get("model_type"))
+    _check_memory(path, hf_sizes(config, path))
+    for f in sorted(folder.glob("*.safetensors")):
+        _check_safetensors(f)
+
+
+def hf_sizes(config: dict, path: Path) -> dict[str, int]:
+    """The encoder's sizes in ``config`` (BERT's defaults where it names none), each within `CONFIG_LIMITS`."""
+    sizes = dict(CONFIG_DEFAULTS)
+    for key, value in config.items():
+        name = DISTILBERT_NAMES.get(key, key)
+        if name not in CONFIG_LIMITS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CONFIG_LIMITS[name]:
+            raise ConfigError("weights", f"{path}: {key} must be a whole number in [1, {CONFIG_LIMITS[name]:,}] "
+                                         f"(dpviz's limit for a BERT-family encoder)", value)
+        sizes[name] = value
+    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise ConfigError("weights", f"{path}: the hidden size {sizes['hidden_size']} must be a multiple of the "
+                                     f"number of attention heads {sizes['num_attention_heads']}")
+    return sizes
+
+
+def weight_count(sizes: dict[str, int]) -> int:
+    """About how many weights an encoder of ``sizes`` has: its embedding tables (V + P + T) × E, then per
+    layer the attention's four H × H projections and the two H × I feed-forward ones (biases and norms,
+    under 1%, aside)."""
+    h, e = sizes["hidden_size"], sizes.get("embedding_size", sizes["hidden_size"])
+    tables = sizes["vocab_size"] + sizes["max_position_embeddings"] + sizes["type_vocab_size"]
+    return tables * e + sizes["num_hidden_layers"] * (4 * h * h + 2 * h * sizes["intermediate_size"])
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(path: Path, sizes: dict[str, int]) -> None:
+    """Refuse sizes whose fp32 weights would take over `MEMORY_SHARE` of physical memory."""
+    need, memory = 4 * weight_count(sizes), physical_memory()
+    if memory and need > MEMORY_SHARE * memory:
+        raise ConfigError("weights", f"{path}: sizes of about {weight_count(sizes) / 1e9:.3g} billion weights "
+                                     f"({need / 2**30:,.1f} GiB in fp32), over {MEMORY_SHARE:.0%} of this machine's "
+                                     f"{memory / 2**30:,.1f} GiB of memory")
+
+
+def _check_safetensors(path: Path) -> None:
+    """Refuse a weights file the safetensors library cannot open whole (truncated, garbled header, a tensor's
+    bytes past the end, not a regular file), reading its header only."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise ConfigError("weights", f"{path} is not a regular file")
+    try:
+        with safe_open(str(path), framework="pt") as f:  # any dtype (numpy has no bfloat16)
+            f.keys()
+    except (SafetensorError, OSError) as e:
+        raise ConfigError("weights", f"{path} is not a whole safetensors file "
+                                     f"({' '.join(str(e).split())[:120]})") from None
 
 
 def _transformers():
