@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "dpviz"
 
 LAYERS = [
-    ("leaves", ["errors", "threads", "idle", "safefile", "catalog", "artifacts", "storecheck", "runfiles", "owners",
+    ("leaves", ["errors", "threads", "idle", "safefile", "plugins", "catalog", "artifacts", "storecheck", "runfiles", "owners",
                 "tensorfiles", "storeschema",
                 "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
                 "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
