@@ -82,7 +82,13 @@ def test_keep_weights_keeps_what_it_says_and_the_default_keeps_its_hash(keep, fa
     s = Store(cache_dir)
     assert len(s.feature_steps(rid)) > 2 and s.weight_steps(rid) == []  # features still at every checkpoint
     assert (s.run_dir(rid) / "model.pt").exists() == (keep == "final")
+    early = s.feature_steps(rid)[0]  # no weights kept there either way
     with pytest.raises(StoreError, match="keep_weights") as e:
-        analyze(s, rid, "hessian")
+        analyze(s, rid, "hessian", step=early)
     assert "\n" not in str(e.value)
+    if keep == "final":  # the last step is analysed from the final model
+        assert analyze(s, rid, "hessian")["trace"] > 0
+    else:
+        with pytest.raises(StoreError, match="keep_weights"):
+            analyze(s, rid, "hessian")
     assert analyze(s, rid, "knn")["accuracy"] > 0  # feature analyses do not need weights
