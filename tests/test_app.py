@@ -84,6 +84,7 @@ def test_form_shows_exactly_the_strategys_fields(strategy, app_env):
     assert "σ =" in at.info[0].value
 
 
+@pytest.mark.slow
 def test_launch_from_form_creates_a_run(app_env):
     """The form's run, here over 2 local processes (the "processes" field a multi-core machine shows) and
     keeping only its final model: one stored run whose table row says so, within its budget."""
@@ -211,6 +212,7 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
     assert any("Not run yet on this task" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     import dpviz
     from dpviz.analyses import PRIVACY_NOTE

@@ -32,6 +32,7 @@ def no_private_reads(monkeypatch):
     monkeypatch.setitem(catalog.DATASETS, "digits", replace(catalog.DATASETS["digits"], loader=refuse))
 
 
+@pytest.mark.slow
 def test_a_search_reads_no_private_data_is_deterministic_and_cached(searching, no_private_reads, cache_dir):
     cfg = RunConfig(**SMALL, epsilon=8.0)  # off the shipped grid (2 epochs): searched
     resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=3)

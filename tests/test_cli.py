@@ -173,6 +173,7 @@ def test_killed_run_is_marked_interrupted_and_store_survives(cli_env, cache_dir)
     assert {r["status"] for r in listed} == {"finished", "interrupted"}
 
 
+@pytest.mark.slow
 def test_accountants_json_and_bad_input(cli_env):
     from opacus.accountants.utils import get_noise_multiplier
 

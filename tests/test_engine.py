@@ -91,6 +91,7 @@ def test_lp_keeps_backbone_and_fft_changes_it(fast_cfg, cache_dir):
     assert changed(after, before, "backbone.blocks.0.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backbone", ["cnn", "vit"])
 def test_partial_trains_only_last_blocks(backbone, fast_cfg, cache_dir):
     after, before = weights_after(fast_cfg(strategy="partial", tune_blocks=1, backbone=backbone), cache_dir)

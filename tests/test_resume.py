@@ -35,7 +35,8 @@ def _stopped(cfg, cache_dir, at: int = 7) -> str:
     ("sparse", {"epochs": 3}, 9),  # stopped in the selection epoch (steps 7–12): its sums go on
     ("continual", {"switch_step": 4}, 7),  # stopped after the public phase: the switch is remembered
     # stopped in the public phase between two decelerator checks (steps 0, 10, 20, …): the monitor goes on
-    ("continual", {"switch_step": -1, "switch_threshold": 0.95, "epochs": 6}, 15),  # it switches at 30
+    pytest.param("continual", {"switch_step": -1, "switch_threshold": 0.95, "epochs": 6}, 15,  # it switches at 30
+                 marks=pytest.mark.slow),
 ], ids=["lp-fft", "lora", "sparse", "continual", "continual-public"])
 def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy, extra, at, cache_dir, tmp_path):
     cfg = RunConfig(strategy=strategy, **{**CFG, **extra})

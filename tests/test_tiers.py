@@ -1,0 +1,34 @@
+"""The tiers a developer runs while working: every test is marked by what it starts (tests/conftest.py), so
+``-m "not slow and not browser and not subprocess and not real"`` leaves out exactly those."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+# One collection of the whole suite in a child pytest, printing each test's file and tier markers.
+SHOW = """
+import pytest, sys
+class Show:
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            marks = sorted({m.name for m in item.iter_markers()} & {"browser", "subprocess", "real", "slow"})
+            print("TIER", item.nodeid.split("::")[0], ",".join(marks))
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider"], plugins=[Show()]))
+"""
+
+
+def test_each_tier_holds_the_tests_that_start_what_it_names():
+    out = subprocess.run([sys.executable, "-c", SHOW], capture_output=True, text=True, cwd=ROOT)
+    tiers: dict[str, set[str]] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("TIER "):
+            _, path, *marks = line.split(" ")
+            for m in (marks[0].split(",") if marks and marks[0] else ["fast"]):
+                tiers.setdefault(m, set()).add(path)
+    assert {"tests/test_form_browser.py", "tests/test_pages_browser.py", "tests/test_server_stop.py"} <= tiers["browser"]
+    assert {"tests/test_one_run.py", "tests/test_distributed.py", "tests/test_cli.py"} <= tiers["subprocess"]
+    assert "tests/test_real_models.py" in tiers["real"]
+    marked = tiers["browser"] | tiers["subprocess"] | tiers["real"]
+    assert "tests/test_config.py" not in marked and "tests/test_config.py" in tiers["fast"]
+    assert not {"tests/test_form_browser.py", "tests/test_real_models.py"} & tiers["fast"]
