@@ -1,8 +1,9 @@
-"""Run one configuration: build, calibrate, train phase by phase, record.
+"""Prepare one configuration for training: build the model, load the data, calibrate σ.
 
 `prepare` does everything that can fail on bad input (dataset, backbone,
 weights, δ ≤ 1/n, block counts, σ for the budget) before a run is stored;
-`train` then runs the phases and writes metrics, features and weights.
+`dpviz.trainer.train` then runs the phases and writes metrics, features and weights.
+The model helpers both share (the optimizer, evaluation, freezing) live here too.
 """
 
 from __future__ import annotations

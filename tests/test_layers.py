@@ -40,7 +40,7 @@ LAYERS = [
     ("runner", ["runner"]),
     ("services", ["jobs", "processes", "audit", "reproduce", "presets", "analyses.service"]),
     ("reading", ["results", "figures", "export"]),
-    ("faces", ["cli", "cli_sweeps", "__main__", ""]),
+    ("faces", ["cli", "__main__", ""]),
 ]
 
 # Named exceptions: imports that are not dependencies.
