@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import catalog, data, errors, models, strategies
+from .data import tokens
 from .calibration import calibrated_phases, check_delta, check_public
 from .config import AUTO, RunConfig
 from .errors import ConfigError
@@ -73,7 +74,8 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
         raise ConfigError(cfg.auto[0], "a number here: resolve \"auto\" first (dpviz.run does; "
                           "RunConfig.fixed_rates() takes the fixed defaults)", AUTO)
     device = resolve_device(cfg.device)
-    bundle = data.load(cfg)
+    with tokens.cache_in(cache_dir):  # a text dataset's token ids are cached in this run's store
+        bundle = data.load(cfg)
     audit = canaries(bundle) if canaries else None
     if audit is not None and not audit.virtual:
         bundle = audit.extend(bundle)  # input canaries: records of the training split

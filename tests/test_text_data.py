@@ -341,3 +341,24 @@ def test_fashion_mnist_gz_in_a_data_dir(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as e:
         load(RunConfig(dataset="fashion-mnist"))
     assert "absent is not a folder" in str(e.value) and "dataset-fashion-mnist" in str(e.value)
+
+
+@pytest.mark.slow
+def test_a_runs_token_ids_are_cached_in_its_own_store(tmp_path):
+    """``--cache-dir`` (and ``dpviz.run(cache_dir=…)``) keeps a text dataset's token ids in that store, never in
+    a ``cache/`` of the working folder."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "texts"
+    data.mkdir()
+    _write_csv(data / "train.csv", _rows(24))
+    _write_csv(data / "test.csv", _rows(9))
+    env = {k: v for k, v in os.environ.items() if k != "DPVIZ_CACHE_DIR"}
+    env.update(PYTHONPATH=str(ROOT), DPVIZ_BACKGROUND_ANALYSES="off")
+    out = subprocess.run([sys.executable, "-m", "dpviz", "--cache-dir", "store", "run", "--dataset", "text-csv",
+                          "--data-dir", str(data), "--backbone", "minilm", "--max-length", "16", "--strategy", "lp",
+                          "--epochs", "1", "--batch-size", "8", "--lr-lp", "0.5", "--quiet"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert list((tmp_path / "store" / "tokens").glob("*.npz")) and not (tmp_path / "cache").exists()

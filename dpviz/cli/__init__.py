@@ -12,6 +12,7 @@ This module imports the groups; they import only `common`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -37,13 +38,31 @@ def build_parser() -> Parser:
     return p
 
 
+@contextlib.contextmanager
+def _store_in_env(cache_dir):
+    """While the command runs, ``--cache-dir`` is ``$DPVIZ_CACHE_DIR``: what it caches beyond its runs (a text
+    dataset's token ids) and the processes it starts use the command's store, not the working folder's."""
+    if not cache_dir:
+        yield
+        return
+    before = os.environ.get("DPVIZ_CACHE_DIR")
+    os.environ["DPVIZ_CACHE_DIR"] = os.path.abspath(cache_dir)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DPVIZ_CACHE_DIR", None)
+        else:
+            os.environ["DPVIZ_CACHE_DIR"] = before
+
+
 def main(argv=None) -> int:
     """Run the command ``argv`` names (default: ``sys.argv[1:]``); its exit code (2: bad input, one line)."""
     try:
         catalog.check_plugins()  # a plugin named in the environment that did not import: one line
         args = build_parser().parse_args(argv)
-        with no_new_store_on_error(args.cache_dir):  # bad input found after the store opened leaves none
-            return args.handler(args)
+        with _store_in_env(args.cache_dir), no_new_store_on_error(args.cache_dir):  # bad input found after
+            return args.handler(args)  # the store opened leaves none
     except DpvizError as e:
         return fail(e)
     except BrokenPipeError:  # `python -m dpviz list | head`: the reader left, nothing is wrong

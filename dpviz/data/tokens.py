@@ -12,6 +12,8 @@ text, vocabulary or length is another file. A cache file that cannot be read is 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import zipfile
@@ -169,6 +171,20 @@ def _save(path: Path, ids: np.ndarray, pid: int) -> None:
         pass  # a read-only cache: tokenise again next time
 
 
+_STORE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpviz_token_store", default=None)
+
+
+@contextlib.contextmanager
+def cache_in(cache_dir):
+    """Token ids cached while this is open, in this thread, go under ``cache_dir``: the store of the run that
+    loads the data (`dpviz.engine.prepare`), not the default store of the working folder."""
+    token = _STORE.set(Path(cache_dir) if cache_dir else None)
+    try:
+        yield
+    finally:
+        _STORE.reset(token)
+
+
 def cached_encode(texts: list[str], folder: str | Path, max_length: int,
                   cache_dir: str | Path | None = None) -> tuple[np.ndarray, int]:
     """`encode`, read from ``<cache>/tokens/<key>.npz`` when there, written there when not.
@@ -176,7 +192,7 @@ def cached_encode(texts: list[str], folder: str | Path, max_length: int,
     Returns:
         Token ids (len(texts), max_length) int64, and the pad id.
     """
-    base = Path(cache_dir) if cache_dir else default_cache_dir()
+    base = Path(cache_dir) if cache_dir else _STORE.get() or default_cache_dir()
     try:
         base.mkdir(parents=True, exist_ok=True)
         path = real_folder(base, "tokens") / f"{cache_key(texts, folder, max_length)}.npz"
