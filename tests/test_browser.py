@@ -47,7 +47,9 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         assert grown >= 3, "the live accuracy chart never grew"
         bar = page.locator('.dpviz-progress[role="progressbar"]').first  # the run's bar, in lp-fft's colour
         assert 0 <= int(bar.get_attribute("aria-valuenow")) <= 100
-        assert " · lp-fft ε=1.5 · " in bar.inner_text() and bar.get_attribute("aria-valuetext") == bar.inner_text()
+        # text and label read at once: the bar is redrawn as the run steps, so two reads can see two steps
+        shown, label = bar.evaluate("b => [b.innerText, b.getAttribute('aria-valuetext')]")
+        assert " · lp-fft ε=1.5 · " in shown and label == shown
         # read in one script: the bar is redrawn every second, and an element replaced between a locator's
         # look-up and its evaluation is detached, with no computed style ("")
         fill, deadline = "", time.time() + 10
