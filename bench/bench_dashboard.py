@@ -79,7 +79,8 @@ def main():
                 page.wait_for_function(f"b => ({ALERT})() !== b", arg=before, timeout=60000)
                 page.wait_for_function(IDLE, timeout=60000)
                 slide.append(time.perf_counter() - t)
-    from dpviz import export, figures, results
+    from dpviz import figures, results
+    from dpviz.figures import export
     from dpviz.store import Store
 
     store = Store(cache)

@@ -4,7 +4,7 @@ global batch: ms per step, the speed-up, and the share of the distributed step s
 Every configuration runs the real step of a run (`dpsgd.private_step`, book-keeping, clipping, noise, an SGD
 update) on the default task's backbones, FFT, global batch B: one process with all the machine's threads
 against N processes of threads/N each, each rank holding its shard of the same batch, as
-`dpviz.distributed` shards it. Alternating rounds of ``--steps`` steps; the medians are printed. The
+`dpviz.training.distributed` shards it. Alternating rounds of ``--steps`` steps; the medians are printed. The
 all-reduce share is the time inside ``World.all_reduce`` over the rank's whole step.
 Usage: python bench/bench_distributed.py [--backbones cnn vit] [--batch 256] [--procs 2]
 """
@@ -21,13 +21,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import batch, prepared
-from dpviz import engine
+from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 
 
 def _setup(backbone: str, B: int):
     prep = prepared(backbone=backbone, strategy="fft")
-    engine.set_trainable(prep.model, "all")
+    prepare.set_trainable(prep.model, "all")
     x, y = batch(prep, B)
     return prep.model, x, y
 
@@ -58,7 +58,7 @@ def _steps(model, x, y, steps: int, world=None):
 
 
 def _rank(rank, procs, port, backbone, B, steps, rounds, out):
-    from dpviz import distributed
+    from dpviz.training import distributed
 
     torch.set_num_threads(max(1, os.cpu_count() // procs))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

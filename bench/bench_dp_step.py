@@ -31,14 +31,14 @@ from pathlib import Path
 import torch
 
 from common import batch, interleaved, prepared
-from dpviz import engine
+from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 
 
 def step_fns(prep, trainable: str, x, y, mode: str, precision: str = "fp32"):
     model = prep.model
-    engine.set_trainable(model, trainable)
-    module, inputs = (model.head, engine.backbone_features(model, x, "cpu")) if trainable == "head" else (model, x)
+    prepare.set_trainable(model, trainable)
+    module, inputs = (model.head, prepare.backbone_features(model, x, "cpu")) if trainable == "head" else (model, x)
     twin = copy.deepcopy(module)  # the non-private step runs without any hooks
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
     opt_plain = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)

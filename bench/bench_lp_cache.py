@@ -15,13 +15,13 @@ import time
 import torch
 
 from common import interleaved, prepared
-from dpviz import engine
+from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 
 
 def epoch_fn(prep, cached: bool, feats: torch.Tensor):
     model, b = prep.model, prep.bundle
-    engine.set_trainable(model, "head")
+    prepare.set_trainable(model, "head")
     stepper = dpsgd.Stepper(model.head, "auto")
     opt = torch.optim.SGD(model.head.parameters(), lr=0.1, momentum=0.9)
     n, q = b.n, prep.sample_rate
@@ -53,7 +53,7 @@ def main():
     for bb in args.backbone:
         prep = prepared(backbone=bb, strategy="lp")
         t = time.perf_counter()
-        feats = engine.backbone_features(prep.model, prep.bundle.x_train, "cpu")
+        feats = prepare.backbone_features(prep.model, prep.bundle.x_train, "cpu")
         once = time.perf_counter() - t
         r = interleaved({"cached": epoch_fn(prep, True, feats), "uncached": epoch_fn(prep, False, feats)},
                         rounds=5, reps=2)

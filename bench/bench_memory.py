@@ -19,10 +19,10 @@ import json, resource, sys
 sys.path.insert(0, {bench!r})
 from common import prepared, batch
 import torch
-from dpviz import engine
+from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 prep = prepared(backbone={backbone!r}, strategy="fft")
-engine.set_trainable(prep.model, "all")
+prepare.set_trainable(prep.model, "all")
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 model = prep.model.to(dev)
 x, y = batch(prep, {B})

@@ -26,15 +26,15 @@ def frozen_reference(base: RunConfig) -> tuple[float, float]:
     import torch
     from sklearn.linear_model import LogisticRegression
 
-    from dpviz import engine
+    from dpviz.training import prepare
 
     t0 = time.perf_counter()
-    prep = engine.prepare(base.replace(strategy="lp", epsilon=float("inf")).fixed_rates(), cache_dir=CACHE,
+    prep = prepare.prepare(base.replace(strategy="lp", epsilon=float("inf")).fixed_rates(), cache_dir=CACHE,
                           with_curve=False)
     torch.set_grad_enabled(False)
     b = prep.bundle
-    f_tr = engine.backbone_features(prep.model, b.x_train, "cpu").numpy()
-    f_te = engine.backbone_features(prep.model, b.x_test, "cpu").numpy()
+    f_tr = prepare.backbone_features(prep.model, b.x_train, "cpu").numpy()
+    f_te = prepare.backbone_features(prep.model, b.x_test, "cpu").numpy()
     clf = LogisticRegression(max_iter=3000).fit(f_tr, b.y_train.numpy())
     torch.set_grad_enabled(True)
     return clf.score(f_te, b.y_test.numpy()), time.perf_counter() - t0

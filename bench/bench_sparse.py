@@ -3,7 +3,7 @@
 Every step: forward + book-keeping backward + clipping + noise + SGD update, B = 256 of the
 default digits task, timed in alternation with the dense step. The masked step trains the head,
 biases, norms and a fraction s of every Conv/Linear layer's rows through `sparse.RowDelta`; the
-LoRA step trains the head and rank-r adapters on every Conv/Linear layer (`dpviz.lora`).
+LoRA step trains the head and rank-r adapters on every Conv/Linear layer (`dpviz.models.lora`).
 Usage: python bench/bench_sparse.py [--sparsity 0.2 0.05] [--lora-ranks 1 4 8]
 """
 
@@ -15,7 +15,9 @@ import copy
 import torch
 
 from common import batch, interleaved, prepared
-from dpviz import engine, lora, sparse
+from dpviz.training import prepare
+from dpviz.models import lora
+from dpviz.models import sparse
 from dpviz.privacy import dpsgd
 from dpviz.strategies.sparse import trains
 
@@ -44,7 +46,7 @@ def main():
         prep = prepared(backbone=backbone, strategy="fft")
         x, y = batch(prep, 256)
         dense = prep.model
-        engine.set_trainable(dense, "all")
+        prepare.set_trainable(dense, "all")
         for s in a.sparsity:
             masked = copy.deepcopy(dense)
             sparse.apply_mask(masked.backbone, sparse.random_mask(masked.backbone, s, seed=0))

@@ -25,7 +25,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     import dpviz
-    from dpviz import tasks, tensorfiles
+    from dpviz import tasks
+    from dpviz.store import tensors
     from dpviz.store import Store
 
     with tempfile.TemporaryDirectory() as d:
@@ -35,7 +36,7 @@ def main() -> None:
         mb = sum(p.stat().st_size for p in (Path(d) / "tensors").glob("*/*.pt")) / 1e6
         checked, known = [], []
         for _ in range(a.repeats):
-            tensorfiles._INTACT.clear()  # as a fresh process: every file is hashed
+            tensors._INTACT.clear()  # as a fresh process: every file is hashed
             t0 = time.perf_counter()
             store.load_model(rid)
             checked.append(time.perf_counter() - t0)

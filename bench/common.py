@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import dpviz  # noqa: E402,F401
-from dpviz import engine  # noqa: E402
+from dpviz.training import prepare  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
 
 CACHE = Path(os.environ.get("DPVIZ_CACHE_DIR", ROOT / "cache"))
@@ -22,7 +22,7 @@ CACHE = Path(os.environ.get("DPVIZ_CACHE_DIR", ROOT / "cache"))
 
 def prepared(**kw):
     """A prepared run on the default data (pretrained backbone from the cache)."""
-    return engine.prepare(RunConfig(**kw).fixed_rates(), cache_dir=CACHE, with_curve=False)  # σ only: fixed rates
+    return prepare.prepare(RunConfig(**kw).fixed_rates(), cache_dir=CACHE, with_curve=False)  # σ only: fixed rates
 
 
 def interleaved(fns: dict, rounds: int = 7, reps: int = 3, sync=lambda: None, clock=time.perf_counter) -> dict:

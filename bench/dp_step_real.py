@@ -37,7 +37,8 @@ import torch
 
 import dp_step_cuda as gpu  # also puts the repository on sys.path (through common)
 from common import interleaved
-from dpviz import data, engine, tasks
+from dpviz import data, tasks
+from dpviz.training import prepare
 from dpviz.config import RunConfig
 from dpviz.models import Classifier
 
@@ -84,7 +85,7 @@ def build(name: str, classes: int) -> torch.nn.Module:
         from dpviz.models.efficientnet import build_efficientnet_lite0
         backbone = build_efficientnet_lite0(channels=1, size=28)
     model = Classifier(backbone, classes)
-    engine.set_trainable(model, "all")
+    prepare.set_trainable(model, "all")
     for m in model.modules():
         if isinstance(m, torch.nn.Embedding):  # after dpviz's own pre-hook, which expands (1, T) ids
             m.register_forward_pre_hook(_contiguous)

@@ -15,7 +15,8 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 import dpviz  # noqa: E402
-from dpviz import export, figures, results  # noqa: E402
+from dpviz import figures, results  # noqa: E402
+from dpviz.figures import export
 from dpviz.analyses.hessian import predict_batch_size  # noqa: E402
 from dpviz.analyses.service import analyze  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402

@@ -1,4 +1,4 @@
-"""Run the two paper presets (dpviz.presets), then print their numbers and write their figures.
+"""Run the two paper presets (dpviz.experiments), then print their numbers and write their figures.
 
 Usage: python bench/run_presets.py [distortion] [law]   (figures go to docs/figures/)
 """
@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dpviz  # noqa: E402
-from dpviz import export, figures, results  # noqa: E402
-from dpviz.presets import CONSTANT_LR, PRESETS  # noqa: E402
+from dpviz import figures, results  # noqa: E402
+from dpviz.figures import export
+from dpviz.experiments import CONSTANT_LR, PRESETS  # noqa: E402
 
 OUT = ROOT / "docs" / "figures"
 

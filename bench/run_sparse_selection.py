@@ -16,10 +16,11 @@ import tempfile
 import torch
 
 from common import CACHE
-from dpviz import engine, sparse
+from dpviz.training import prepare
+from dpviz.models import sparse
 from dpviz.config import RunConfig
 from dpviz.store import Store
-from dpviz.trainer import Loop
+from dpviz.training.loop import Loop
 
 
 def scores_after_selection(prep, store, phase_sigma_zero: bool):
@@ -40,7 +41,7 @@ def main():
     print("| ε | σ | overlap of SPARTA's rows with the noiseless choice | random rows would give |\n|---|---|---|---|")
     for eps in (1.0, 8.0, 64.0):
         cfg = RunConfig(strategy="sparse", epsilon=eps, sparsity=s)
-        prep = engine.prepare(cfg.fixed_rates(), cache_dir=CACHE)
+        prep = prepare.prepare(cfg.fixed_rates(), cache_dir=CACHE)
         noisy = scores_after_selection(copy.deepcopy(prep), store, False)
         clean = scores_after_selection(copy.deepcopy(prep), store, True)
         a, b = sparse.select_rows(noisy, s), sparse.select_rows(clean, s)

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import dpviz  # noqa: E402
-from dpviz import export, figures, sweeps  # noqa: E402
+from dpviz import figures  # noqa: E402
+from dpviz.figures import export
+from dpviz import sweeps
 from dpviz.config import RunConfig  # noqa: E402
 
 OUT = ROOT / "docs" / "figures"

@@ -71,7 +71,7 @@ def analysed_runs() -> dict[str, str]:
 
 
 def launch_preset(name: str, label: str) -> None:
-    from dpviz.presets import PRESETS
+    from dpviz.experiments import PRESETS
 
     cfgs = PRESETS[name]()
     if st.button(label, key=f"preset-{name}"):

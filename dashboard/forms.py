@@ -6,7 +6,9 @@ import math
 
 import streamlit as st
 
-from dpviz import autotune, calibration, strategies
+from dpviz import strategies
+from dpviz import autotune
+from dpviz.training import calibration
 from dpviz import catalog, tasks
 from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.errors import DpvizError

@@ -7,7 +7,8 @@ import html
 import pandas as pd
 import streamlit as st
 
-from dpviz import export, figures, results
+from dpviz import figures, results
+from dpviz.figures import export
 
 from . import state
 

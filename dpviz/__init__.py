@@ -7,14 +7,14 @@
 
 import warnings
 
-from . import threads
+from dpviz.training import threads
 
 threads.set_wait_policy()  # before anything imports torch: libgomp reads it once, at load
 
-from .config import RunConfig  # noqa: E402
-from .errors import ConfigError, DpvizError  # noqa: E402
-from .runner import run  # noqa: E402
-from .store import Store  # noqa: E402
+from dpviz.config import RunConfig  # noqa: E402
+from dpviz.errors import ConfigError, DpvizError  # noqa: E402
+from dpviz.runner import run  # noqa: E402
+from dpviz.store import Store  # noqa: E402
 
 # Opacus warns on every RDP evaluation whose best order is the largest one, and
 # that GDP is experimental (said once in the docs instead).
@@ -27,7 +27,7 @@ __all__ = ["RunConfig", "run", "Store", "JobManager", "ConfigError", "DpvizError
 
 def __getattr__(name):  # torch loads only when a job manager is asked for: `import dpviz` stays light
     if name == "JobManager":
-        from .jobs import JobManager
+        from dpviz.jobs import JobManager
 
         return JobManager
     raise AttributeError(f"module 'dpviz' has no attribute {name!r}")

@@ -2,7 +2,7 @@ import os
 import sys
 import threading
 
-from .cli import main
+from dpviz.cli import main
 
 code = main()
 # Once a command has trained, tearing the interpreter down (≈ 1400 modules, torch's among them) takes

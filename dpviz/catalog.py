@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .errors import ConfigError
+from dpviz.errors import ConfigError
 
 MODALITIES = ("image", "text")
 DATA_SOURCES = ("shipped", "generated", "data_dir", "package")
@@ -275,6 +275,6 @@ for _b in (
 
 
 # The plugins (`dpviz.plugins`), loaded as dpviz is imported; their errors are kept for where they can be shown.
-from .plugins import PLUGIN_ERRORS, check_plugins, load_plugins  # noqa: E402,F401
+from dpviz.plugins import PLUGIN_ERRORS, check_plugins, load_plugins  # noqa: E402,F401
 
 load_plugins(deferred=True)

@@ -17,9 +17,9 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from . import catalog, strategies
-from .errors import ConfigError
-from .fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
+from dpviz import catalog, strategies
+from dpviz.errors import ConfigError
+from dpviz.fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
     ACCOUNTANTS, AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
     MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, TEXT_ONLY_FIELDS, coerce, finite_numbers, parse_epsilon, total_steps,
     unread_by_data, unset, validate)

@@ -1,5 +1,5 @@
 """What each `RunConfig` field may hold: the choices, the ranges, reading numbers from text and files,
-and the checks that need no data (`dpviz.calibration` checks what needs n and the backbone).
+and the checks that need no data (`dpviz.training.calibration` checks what needs n and the backbone).
 
 `dpviz.config` builds a `RunConfig` and calls `coerce` and `validate` on it; this module sits below it
 and reads a config's fields by name only, so neither imports the other in a circle. The strategy's own
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from . import catalog, strategies
-from .errors import ConfigError
+from dpviz import catalog, strategies
+from dpviz.errors import ConfigError
 
 ACCOUNTANTS = ("prv", "rdp", "gdp")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -118,7 +118,7 @@ def _choice(cfg, name, allowed):
 
 
 def validate(cfg) -> None:
-    """Checks that need no data; `engine.prepare` checks δ ≤ 1/n and block counts.
+    """Checks that need no data; `prepare.prepare` checks δ ≤ 1/n and block counts.
 
     The strategy's own rules (and every strategy's field ranges) come from `dpviz.strategies`.
     """

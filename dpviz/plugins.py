@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 
-from .errors import ConfigError, DpvizError
+from dpviz.errors import ConfigError, DpvizError
 
 TIMEOUT_VARIABLE = "DPVIZ_PLUGIN_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0

@@ -1,4 +1,4 @@
-"""`run(cfg)`: resolve "auto" learning rates (policy), then execute the concrete run (`dpviz.execute`).
+"""`run(cfg)`: resolve "auto" learning rates (policy), then execute the concrete run (`dpviz.training.execute`).
 
 The public entry of a run for Python, the command line, the dashboard and every study; `lookup` is the
 one resolve-then-look-up that cached answers, the scorecard and the audit pages share.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from .config import RunConfig
-from .store import Store
+from dpviz.config import RunConfig
+from dpviz.store import Store
 
 
 _IMPORTS = threading.Lock()
@@ -22,7 +22,9 @@ def training_modules():
     with _IMPORTS:
         import opacus  # noqa: F401
 
-        from . import calibration, distributed, execute
+        from dpviz.training import calibration
+        from dpviz.training import distributed
+        from dpviz.training import execute
     return calibration, distributed, execute
 
 
@@ -32,7 +34,7 @@ def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=N
     summary's ``auto`` entry; ``cfg`` keeps "auto" fields where ``search_ok`` is False and a search must train."""
     if not cfg.auto:
         return cfg, {}
-    from . import autotune
+    from dpviz import autotune
 
     fields = cfg.auto
     out, resolution = autotune.resolve(cfg, cache_dir=store.root, search_ok=search_ok, validate=validate,
@@ -76,13 +78,13 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         cancel: an event that stops the run at the next step.
         on_start: called with the new run's id once it is stored.
         on_checkpoint: called as ``on_checkpoint(run_id, step)`` after each feature checkpoint.
-        ahead: σ and the ε curve being computed in parallel (`dpviz.ahead.start`), if any.
+        ahead: σ and the ε curve being computed in parallel (`dpviz.training.ahead.start`), if any.
         search_progress: called as ``search_progress(k, n)`` before the k-th of n trials of a proxy
             search for "auto" rates trains (a search is cancelled between trials by ``cancel``).
         kind: who launched it, as stored (`dpviz.store.KINDS`): "user" (a person) or "trial" (a study's
-            trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.execute.run`).
+            trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.training.execute.run`).
         resume: go on with the newest stopped run of ``cfg`` from its last checkpoint, where there is one
-            (`dpviz.resume`; same ε as an uninterrupted run, on any number of processes).
+            (`dpviz.training.resume`; same ε as an uninterrupted run, on any number of processes).
         on_wait: called with a run id when another thread or process is training the same configuration:
             this request waits for it rather than train it a second time (`Store.start_run`), and its
             summary answers (``waited_for``); if it stops unfinished, this request trains.

@@ -58,7 +58,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 
 def task(name: str, field: str = "preset") -> Task:
     """The task ``name``; a `ConfigError` naming ``field`` and the choices otherwise."""
-    from .errors import ConfigError
+    from dpviz.errors import ConfigError
 
     if name not in TASKS:
         raise ConfigError(field, f"one of {', '.join(TASKS)}", name)
@@ -74,9 +74,9 @@ def with_task(name: str, given: dict) -> dict:
     """Config fields: task ``name``'s, then ``given`` over them; a task field the chosen strategy ignores
     (the public data of ``continual``) is dropped, a given one is kept (and refused if ignored); the task's
     epochs rise to the fewest the chosen strategy's schedule needs (given epochs are kept as given)."""
-    from .config import without_unread
+    from dpviz.config import without_unread
 
-    from . import strategies
+    from dpviz import strategies
 
     preset = task_fields(name)
     least = strategies.get(given["strategy"]).min_epochs if given.get("strategy") in strategies.names() else 1
@@ -88,6 +88,6 @@ def with_task(name: str, given: dict) -> dict:
 
 def config(name: str, **changes):
     """The `RunConfig` of task ``name`` with ``changes`` (e.g. ``config("real-text", strategy="lp")``)."""
-    from .config import RunConfig
+    from dpviz.config import RunConfig
 
     return RunConfig.from_dict(with_task(name, changes))

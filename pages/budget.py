@@ -4,7 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import autotune, catalog, figures, results, sweeps
+from dpviz import catalog, figures, results
+from dpviz import autotune
+from dpviz import sweeps
 from dpviz.config import AUTO, RunConfig
 from dpviz.errors import DpvizError
 

@@ -3,7 +3,8 @@
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import catalog, figures, results, strategies, sweeps
+from dpviz import catalog, figures, results, strategies
+from dpviz import sweeps
 from dpviz.config import RunConfig
 from dpviz.errors import DpvizError
 

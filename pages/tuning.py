@@ -5,7 +5,9 @@ import math
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
-from dpviz import autotune, figures, strategies, sweeps
+from dpviz import figures, strategies
+from dpviz import autotune
+from dpviz import sweeps
 from dpviz import catalog
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError

@@ -1,9 +1,9 @@
 """Compute the shipped grid of "auto" learning rates from public data only (re-runnable, resumable).
 
 For every built-in backbone × strategy × ε (× the strategy's `auto_axes`, e.g. the LP share of lp-fft)
-it runs `dpviz.autotune.search`: a TPE search whose trials are DP runs of the default-task
+it runs `dpviz.autotune.proxy`: a TPE search whose trials are DP runs of the default-task
 configuration with the private digits replaced by the public glyphs. The best trial's rates become a
-point of `dpviz/autotune_grid.json`; `autotune.resolve` interpolates between points in log ε.
+point of `dpviz/autotune/grid.json`; `autotune.resolve` interpolates between points in log ε.
 Searches live in their own store (``--cache-dir``), so a rerun resumes where it stopped.
 
     python scripts/build_auto_grid.py                         # CNN, every strategy, the default grid
@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from dpviz import autotune, strategies, tasks  # noqa: E402
+from dpviz import strategies, tasks  # noqa: E402
+from dpviz import autotune
 from dpviz.config import RunConfig  # noqa: E402
 from dpviz.reproduce import SCALE  # noqa: E402
 

@@ -113,7 +113,7 @@ def test_phase_takes_sigma_q_and_c_by_keyword_only():
 
 
 @pytest.mark.parametrize("path", ["dpviz.analyses.hessian:Checkpoint", "dpviz.analyses.hessian:HessianResult",
-                                  "dpviz.privacy.dpsgd:StepStats", "dpviz.engine:Prepared"])
+                                  "dpviz.privacy.dpsgd:StepStats", "dpviz.training.prepare:Prepared"])
 def test_dataclasses_carrying_sigma_q_c_or_b_are_keyword_only(path):
     import importlib
 
@@ -166,11 +166,11 @@ print("ok", e)
 
 
 def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedule():
-    """`dpviz.ahead` (σ and the ε curve in a second process while a command imports torch) must
+    """`dpviz.training.ahead` (σ and the ε curve in a second process while a command imports torch) must
     give exactly what the run would compute itself, and nothing for a schedule it did not compute."""
-    from dpviz.calibration import calibrated_phases
+    from dpviz.training.calibration import calibrated_phases
     from dpviz.config import RunConfig
-    from dpviz import ahead
+    from dpviz.training import ahead
 
     cfg = RunConfig(strategy="lp-fft", epsilon=3.0)
     first, second = ahead.start(cfg), ahead.start(cfg)
@@ -188,7 +188,7 @@ def test_the_preview_of_dpvizs_own_tasks_and_the_dashboards_modules_import_no_to
     code = """
 import sys
 import dashboard.forms, dashboard.layout, dashboard.runs, dashboard.state
-from dpviz import calibration
+from dpviz.training import calibration
 from dpviz.config import RunConfig
 p = calibration.preview(RunConfig(strategy="partial", epsilon=2.0))
 assert "torch" not in sys.modules, "torch imported"
@@ -207,7 +207,7 @@ def test_a_gdp_run_is_calibrated_by_a_valid_bound_and_reports_gdp_beside_it(tmp_
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
 
-    from dpviz import calibration
+    from dpviz.training import calibration
     from dpviz.config import RunConfig
 
     for cfg in (RunConfig(strategy="lp-fft", epsilon=2.0, accountant="gdp"),

@@ -172,7 +172,7 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
 
 
 def test_presets_are_valid_configs_of_the_papers_settings():
-    from dpviz.presets import distortion, law
+    from dpviz.experiments import distortion, law
 
     d = distortion()
     assert {(c.strategy, c.epsilon) for c in d} == {(s, e) for s in ("lp", "fft", "lp-fft") for e in (1.0, 8.0)}

@@ -387,12 +387,12 @@ def test_the_stored_runs_table_shows_a_run_as_soon_as_it_finishes(app_env):
 
 def test_job_states_say_queued_and_searching_k_of_n(cache_dir, monkeypatch):
     """A job behind the workers is "queued (k of m …)"; a proxy search reports its trial k of n."""
-    from dpviz import proxy_search
+    from dpviz.autotune import proxy
     from dpviz.config import RunConfig
     from dpviz.jobs import JobManager
 
     monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
-    monkeypatch.setattr(proxy_search, "TRIALS_PER_FIELD", 0)  # a tiny search: 2 trials
+    monkeypatch.setattr(proxy, "TRIALS_PER_FIELD", 0)  # a tiny search: 2 trials
     jm = JobManager(cache_dir, max_workers=1, analyses=False)
     seen = []
     cfg = RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0, eval_every=50)  # off the shipped grid
@@ -412,17 +412,17 @@ def test_job_states_say_queued_and_searching_k_of_n(cache_dir, monkeypatch):
     assert "searching learning rates on public data (1 of 2)" in seen, set(seen)
     assert "searching learning rates on public data (2 of 2)" in seen, set(seen)
     assert any(t.startswith("training (step") for t in seen) and jm.state(first)["text"] == "finished"
-    # 2 trials, and 3 more beyond the range's end when the best sits at it (`proxy_search.extension`)
+    # 2 trials, and 3 more beyond the range's end when the best sits at it (`proxy.extension`)
     assert first.summary["auto"]["source"] == "search" and first.summary["auto"]["trials"] in (2, 5)
 
 
 def test_a_cancelled_search_stops_between_trials(cache_dir, monkeypatch):
-    from dpviz import proxy_search
+    from dpviz.autotune import proxy
     from dpviz.config import RunConfig
     from dpviz.jobs import JobManager
 
     monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
-    monkeypatch.setattr(proxy_search, "TRIALS_PER_FIELD", 0)
+    monkeypatch.setattr(proxy, "TRIALS_PER_FIELD", 0)
     jm = JobManager(cache_dir, max_workers=1, analyses=False)
     try:
         job = jm.submit(RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0, eval_every=50))
@@ -441,7 +441,7 @@ def test_a_cancelled_search_stops_between_trials(cache_dir, monkeypatch):
 def test_search_runs_are_never_a_default_selection_and_the_runs_table_shows_them_on_request(app_env, fast_cfg):
     """After a search stored its trials (newer than the user's run), the distortion page's default selection is
     the user's run alone; the Runs table lists the trials only once "show search runs" is on."""
-    from dpviz import execute
+    from dpviz.training import execute
     from dpviz.store import Store
 
     store = Store(app_env)

@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 import dpviz
-from dpviz import autotune, catalog, data
+from dpviz import catalog, data
+from dpviz import autotune
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.store import Store
@@ -95,15 +96,15 @@ def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch)
 def test_a_shipped_rate_at_an_end_of_the_grids_range_warns_as_a_searched_one_does(tmp_path, monkeypatch):
     """A planted grid whose LP rate falls to the bottom of its range at small ε: the resolution at ε = 1 names
     the field, its end and the range (the sentence of the search path), one inside the range says nothing."""
-    from dpviz import shipped_rates
+    from dpviz.autotune import grid
 
     cfg = RunConfig(strategy="lp", epsilon=1.0)
     lo, hi = autotune.RANGES["lr_lp"]
-    grid = {"version": 1, "entries": [{"key": json.loads(autotune.key_of(cfg)), "axes": [], "proxy": "glyphs",
+    planted = {"version": 1, "entries": [{"key": json.loads(autotune.key_of(cfg)), "axes": [], "proxy": "glyphs",
                                        "trials": 8, "points": [{"epsilon": e, "values": {"lr_lp": lo * 4 ** i}}
                                                                for i, e in enumerate(("1", "2", "4"))]}]}
-    (tmp_path / "grid.json").write_text(json.dumps(grid))
-    monkeypatch.setattr(shipped_rates, "GRID_PATH", tmp_path / "grid.json")
+    (tmp_path / "grid.json").write_text(json.dumps(planted))
+    monkeypatch.setattr(grid, "GRID_PATH", tmp_path / "grid.json")
     low, res = autotune.resolve(cfg)
     assert res.source == "shipped" and low.lr_lp == pytest.approx(lo)
     assert res.as_dict()["warning"] == (

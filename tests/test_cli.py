@@ -41,7 +41,8 @@ def db_snapshot(cache_dir):
 def test_background_analyses_wait_while_a_run_trains(cli_env, cache_dir, fast_cfg):
     """`analyze all --when-idle` (what a run's detached analyses run) computes nothing while a run of the
     store holds the training lock, then everything once it is released."""
-    from dpviz import idle, runner
+    from dpviz import runner
+    from dpviz.training import idle
 
     run_id = runner.run(fast_cfg(strategy="lp", epochs=1), cache_dir=cache_dir)["run_id"]
     store = Store(cache_dir)

@@ -9,7 +9,9 @@ import torch
 from opacus.accountants import create_accountant
 
 import dpviz
-from dpviz import calibration, catalog, data, engine, strategies
+from dpviz import catalog, data, strategies
+from dpviz.training import calibration
+from dpviz.training import prepare
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.store import Store

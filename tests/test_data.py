@@ -102,7 +102,7 @@ def test_the_static_task_table_is_what_loading_gives(tmp_path, monkeypatch):
     wrong n)."""
     monkeypatch.setenv("DPVIZ_CACHE_DIR", str(tmp_path))  # text datasets cache their token ids there
     from dpviz import catalog
-    from dpviz.calibration import loaded_shape
+    from dpviz.training.calibration import loaded_shape
 
     for dataset, d in [(n, d) for n, d in catalog.DATASETS.items() if d.shape]:
         if d.default_dir and not Path(d.default_dir).is_dir():

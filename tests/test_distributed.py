@@ -59,7 +59,7 @@ def _rank(rank, world, port, out):
     same batch from the same weights: the released gradients of both (DP with σ = 0, and plain), then the
     noise (the noisy minus the noiseless release). Every step applies the one-process update to keep the
     weights equal, so what is compared is one step, not a trajectory."""
-    from dpviz import distributed
+    from dpviz.training import distributed
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

@@ -7,7 +7,8 @@ import torch
 from opacus.accountants import create_accountant
 
 import dpviz
-from dpviz import engine, strategies
+from dpviz import strategies
+from dpviz.training import prepare
 from dpviz.store import Store
 
 
@@ -48,7 +49,7 @@ def test_every_registered_strategy_trains_within_its_budget(strategy, fast_cfg, 
     values = [v for _, v in eps]
     assert values == sorted(values) and values[-1] == pytest.approx(s["epsilon_spent"]) and max(values) <= 1.0
     # the final model loads into the unmodified classifier, whatever the strategy trained
-    model = engine.prepare(smallest(strategy, fast_cfg).fixed_rates(), cache_dir=cache_dir, with_curve=False).model
+    model = prepare.prepare(smallest(strategy, fast_cfg).fixed_rates(), cache_dir=cache_dir, with_curve=False).model
     final = Store(cache_dir).load_model(s["run_id"])["state_dict"]
     model.load_state_dict(final)
     # checkpoints after the first keep only the tensors that changed, and read back whole
@@ -76,7 +77,7 @@ def test_lp_fft_splits_steps_by_fraction(fast_cfg, cache_dir):
 def weights_after(cfg, cache_dir):
     s = dpviz.run(cfg, cache_dir=cache_dir)
     state = Store(cache_dir).load_model(s["run_id"])["state_dict"]
-    prep = engine.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False)  # the untouched pretrained model
+    prep = prepare.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False)  # the untouched pretrained model
     return state, prep.model.state_dict()
 
 

@@ -157,7 +157,7 @@ def test_the_export_wrapper_never_follows_a_planted_link(tmp_path, monkeypatch):
     """Another user's link at the old predictable path is ignored: the wrapper goes to a new 0700 folder."""
     import tempfile
 
-    from dpviz import export
+    from dpviz.figures import export
 
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -181,7 +181,7 @@ def test_runconfig_fuzz_is_a_valid_config_or_one_configerror():
     ConfigError) or one ConfigError naming a field, never another exception."""
     from dataclasses import fields
 
-    from dpviz import calibration
+    from dpviz.training import calibration
     from dpviz.errors import DpvizError
 
     names = [f.name for f in fields(RunConfig)]
@@ -234,7 +234,7 @@ def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
 
 def test_the_accounting_child_is_bounded_and_refuses_nothing_the_parent_would_run():
     """A refused schedule starts no child; an accepted one is accounted under the memory bound."""
-    from dpviz import ahead
+    from dpviz.training import ahead
     from dpviz.catalog import static_shape
 
     assert ahead.start(RunConfig(strategy="fft", epochs=100000, batch_size=1)) is None
@@ -275,7 +275,7 @@ def test_an_export_caption_is_plain_text_in_every_format():
 
     import plotly.graph_objects as go
 
-    from dpviz import export
+    from dpviz.figures import export
 
     caption = '<a href="https://evil.example/">run</a> <span style="fill:url(https://evil.example/x)">x</span> a&b'
     fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))

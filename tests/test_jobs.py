@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from dpviz import resume, results
+from dpviz import results
+from dpviz.training import resume
 from dpviz.jobs import JobManager
 from dpviz.store import Store
-from dpviz.threads import SPIN, set_wait_policy
+from dpviz.training.threads import SPIN, set_wait_policy
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import dpviz
-from dpviz import execute, results
+from dpviz import results
+from dpviz.training import execute
 from dpviz.cli import main
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError

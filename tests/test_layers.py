@@ -1,47 +1,35 @@
 """dpviz's layers, kept: every module's imports (function-level ones included) point down or sideways,
-never up, and no import circle exists.
-
-The layers, bottom to top (a module may import its own layer's modules and any layer below):
-
-1. leaves — errors, the catalogue (declarations that name loaders and builders by path, so data and
-   models look their entries up in it), file safety, pure analyses and theory, the audit's bounds;
-2. mechanisms — privacy math and the DP step, models, data, and the torch mechanics strategies use;
-3. declarations — the field rules, `RunConfig`, strategies;
-4. the run core — calibration, engine, trainer, `execute` (runs a concrete config), the accounting
-   that runs ahead, the curvature analysis;
-5. store and studies — the run store, the Optuna journal, sweeps and their trials (the trial runner
-   passed in, not imported);
-6. policy — `autotune` (choosing "auto" learning rates trains proxy searches);
-7. the runner — resolve, then execute: the public `dpviz.run`;
-8. services — jobs, audits, the reproduction scorecard, presets, the analysis service;
-9. reading — results, figures, export;
-10. faces — the command line and the package's public namespace (the dashboard and pages sit above
-    dpviz and are checked not to be imported by it).
+never up, and no import circle exists. The layers, the top-level modules and the packages are read from
+`docs/architecture.md`, so the page and the code cannot drift apart.
 """
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "dpviz"
+ARCH = (ROOT / "docs" / "architecture.md").read_text()
 
-LAYERS = [
-    ("leaves", ["errors", "threads", "idle", "safefile", "plugins", "catalog", "artifacts", "storecheck", "runfiles", "owners",
-                "tensorfiles", "storeschema",
-                "analyses.knn", "analyses.separability", "analyses.residual", "analyses.embedding",
-                "theory.setting", "theory.langevin", "theory.simulate", "theory.lab", "theory.readings",
-                "audit.bounds", "audit.readings"]),
-    ("mechanisms", ["privacy", "distributed", "models", "data", "lora", "sparse", "curvature", "audit.canaries",
-                    "theory.overlay", "theory"]),
-    ("declarations", ["fields", "strategies", "config", "tasks"]),
-    ("run core", ["calibration", "engine", "resume", "trainer", "execute", "ahead", "analyses.hessian", "analyses"]),
-    ("store and studies", ["store", "journal", "trials", "sweeps"]),
-    ("policy", ["shipped_rates", "proxy_search", "autotune"]),
-    ("runner", ["runner"]),
-    ("services", ["jobs", "processes", "audit", "reproduce", "presets", "analyses.service"]),
-    ("reading", ["results", "figures", "export"]),
-    ("faces", ["cli", "__main__", ""]),
-]
+
+def _section(title: str) -> str:
+    return ARCH.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _rows(title: str) -> list[list[str]]:
+    """The body rows of the first table under ``## title``, as cells."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in _section(title).splitlines()
+            if line.startswith("|")]
+    return rows[2:]  # header and rule
+
+
+def _names(cell: str) -> list[str]:
+    return ["" if n == "__init__" else n for n in re.findall(r"`([\w.]+)`", cell)]
+
+
+LAYERS = [(row[0], _names(row[1])) for row in _rows("Layers")]
+TOP_LEVEL = {row[0].strip("`") for row in _rows("Top-level modules")}
+PACKAGES = set(re.findall(r"^- \*\*`(\w+)/`\*\*", _section("Packages"), re.M))
 
 # Named exceptions: imports that are not dependencies.
 # - Annotation-only imports under `if TYPE_CHECKING:` (e.g. strategies.base names the trainer's `Loop`
@@ -158,9 +146,38 @@ def test_the_library_never_imports_the_dashboard():
 
 
 def test_the_checker_sees_function_level_imports_and_catches_a_planted_upward_one(tmp_path):
-    """The check must be able to fail: a function-level import of the runner from the engine is caught."""
-    src = "def f():\n    from .runner import run\n    return run\n"
-    planted = tmp_path / "engine.py"
+    """The check must be able to fail: a function-level import of the runner from the loop is caught."""
+    src = "def f():\n    from dpviz.runner import run\n    return run\n"
+    planted = tmp_path / "loop.py"
     planted.write_text(src)
-    assert "runner" in targets("engine", planted)
-    assert layer_of("runner") > layer_of("engine")
+    assert "runner" in targets("training.loop", planted)
+    assert layer_of("runner") > layer_of("training.loop")
+
+
+def test_the_top_level_holds_only_the_listed_modules_and_packages():
+    """A new concern gets a package (and a line in docs/architecture.md), not a 39th flat module."""
+    modules = {p.stem for p in PKG.glob("*.py")}
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert modules == TOP_LEVEL, f"top-level modules not in docs/architecture.md: {modules ^ TOP_LEVEL}"
+    assert packages == PACKAGES, f"packages not in docs/architecture.md: {packages ^ PACKAGES}"
+    assert len(TOP_LEVEL) <= 10
+
+
+def private_imports(name: str, path: Path) -> list[str]:
+    """``from dpviz.<other package>… import _name`` in ``name``'s source: another package's private names."""
+    own = name.split(".")[0] if "." in name or path.name == "__init__.py" else None
+    out = []
+    for node in _imports(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("dpviz."):
+            theirs = node.module.split(".")[1]
+            out += [f"dpviz.{name}: {node.module}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and theirs != own]
+    return out
+
+
+def test_no_module_imports_another_packages_private_names(tmp_path):
+    found = [line for name, path in MODULES.items() for line in private_imports(name, path)]
+    assert not found, "private names imported across packages:\n" + "\n".join(found)
+    planted = tmp_path / "loop.py"
+    planted.write_text("from dpviz.store.checks import _private\n")
+    assert private_imports("training.loop", planted)  # the check can fail

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from dpviz import lora
+from dpviz.models import lora
 from dpviz.privacy.dpsgd import Stepper
 from test_dpsgd import loop_clipped_sum, model_for
 

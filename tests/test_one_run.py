@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import dpviz
-from dpviz import artifacts, cli
+from dpviz import cli
+from dpviz.store import artifacts
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
 from dpviz.store import Store

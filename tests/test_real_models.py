@@ -12,9 +12,10 @@ import math
 import pytest
 import torch
 
-from dpviz import engine, execute
+from dpviz.training import prepare
+from dpviz.training import execute
 from dpviz.config import RunConfig
-from dpviz.trainer import train
+from dpviz.training.loop import train
 
 TEXT = dict(dataset="tweets", backbone="minilm", max_length=16, train_size=48, batch_size=16, epochs=1,
             eval_every=3, eval_subset=20, lr_lp=0.5, lr_ft=0.01, public_dataset="phrases-sentiment")
@@ -38,7 +39,7 @@ def _params(model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
 def _train_checking_frozen(cfg: RunConfig, tmp_path) -> tuple[dict, list[str]]:
     """Train ``cfg`` unstored; after every step, compare each parameter with the step before: a frozen one
     must be bit-for-bit unchanged, a trainable one must have moved. Returns the summary and the problems."""
-    prep = engine.prepare(cfg, cache_dir=tmp_path)
+    prep = prepare.prepare(cfg, cache_dir=tmp_path)
     model, problems = prep.model, []
     before = {}
 
@@ -115,7 +116,8 @@ def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts_and_anal
 
 def test_auto_rates_for_a_real_text_task_are_searched_on_its_public_stand_in_only(tmp_path, monkeypatch):
     """The search's trials train on dpviz's public phrases; reading the private tweets fails the test."""
-    from dpviz import autotune, catalog
+    from dpviz import catalog
+    from dpviz import autotune
     from dpviz.data import corpora
 
     def no_private(*a, **k):
@@ -138,7 +140,7 @@ def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
     import subprocess
     import sys
 
-    code = ("import sys; from dpviz import calibration, tasks; from dpviz.config import RunConfig\n"
+    code = ("import sys; from dpviz import tasks; from dpviz.training import calibration; from dpviz.config import RunConfig\n"
             "for t, steps in (('real-text', 32), ('real-vision', 48)):  # 2 and 3 epochs of 4,000 at B = 256\n"
             "    p = calibration.preview(tasks.config(t).fixed_rates())\n"
             "    assert p['n_train'] == 4000 and p['total_steps'] == steps, p\n"
@@ -152,7 +154,8 @@ def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
                                            ("real-vision", "lp-fft")])
 def test_the_real_presets_default_strategies_take_auto_rates_from_the_shipped_grid(task, strategy, tmp_path):
     """Instant rates (nothing trains), tuned on the task's public stand-in, between the grid's ε = 1 and 8."""
-    from dpviz import autotune, tasks
+    from dpviz import tasks
+    from dpviz import autotune
 
     cfg = tasks.config(task, strategy=strategy, epsilon=3.0)
     out, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)

@@ -53,7 +53,7 @@ def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy
 
 
 def test_a_run_stopped_in_one_process_resumes_on_two(cache_dir, tmp_path):
-    """The world size may change on resume: sampling and noise are global (`dpviz.distributed`)."""
+    """The world size may change on resume: sampling and noise are global (`dpviz.training.distributed`)."""
     cfg = RunConfig(strategy="fft", **CFG)
     full = dpviz.run(cfg, cache_dir=tmp_path / "full")
     rid = _stopped(cfg, cache_dir)
@@ -76,7 +76,7 @@ def test_a_snapshot_keeps_a_shared_tensor_once():
     once: MiniLM's snapshot is 90 MB, not 180."""
     from torch import nn
 
-    from dpviz.resume import cpu_once
+    from dpviz.training.resume import cpu_once
 
     lin = nn.Linear(3, 3)
     model = nn.ModuleDict({"a": lin, "b": lin})
@@ -91,8 +91,8 @@ def test_a_snapshot_keeps_a_shared_tensor_once():
 def test_a_snapshot_of_dpvizs_former_optimizers_goes_on_in_torch_optim(name):
     """An interrupted run stored before runs used ``torch.optim`` resumes: its optimizer state (dpviz's own
     format then) loads into torch's, and the next steps are the ones torch takes from that state."""
-    from dpviz.engine import make_optimizer
-    from dpviz.resume import torch_optimizer_state
+    from dpviz.training.prepare import make_optimizer
+    from dpviz.training.resume import torch_optimizer_state
 
     torch.manual_seed(0)
     params = [torch.randn(4, 3), torch.randn(3)]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from browser_util import browser, need_chromium, server_process
-from dpviz import resume
+from dpviz.training import resume
 from dpviz.store import Store
 
 pytestmark = pytest.mark.slow

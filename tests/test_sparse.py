@@ -11,7 +11,8 @@ import torchvision
 from opacus.accountants import create_accountant
 
 import dpviz
-from dpviz import engine, sparse
+from dpviz.training import prepare
+from dpviz.models import sparse
 from dpviz.strategies.sparse import trains
 from dpviz.config import RunConfig
 from dpviz.models import Classifier, build_backbone
@@ -72,7 +73,7 @@ def test_sparse_run_counts_the_selection_epoch_and_keeps_frozen_rows(cache_dir):
     # the mask: requested fraction per layer, recorded in the run
     store = Store(cache_dir)
     mask = json.loads((store.run_dir(s["run_id"]) / "mask.json").read_text())["mask"]
-    w0 = engine.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False).model.backbone  # public weights
+    w0 = prepare.prepare(cfg.fixed_rates(), cache_dir=cache_dir, with_curve=False).model.backbone  # public weights
     layers = sparse.row_layers(w0)
     for n, rows in mask.items():
         assert len(rows) == math.ceil(0.2 * layers[n].weight.shape[0])
@@ -88,10 +89,10 @@ def test_sparse_run_counts_the_selection_epoch_and_keeps_frozen_rows(cache_dir):
 
 
 def test_selection_sees_private_data_only_through_the_noisy_releases(cache_dir, monkeypatch):
-    from dpviz import trainer
+    from dpviz.training import loop
 
     released, seen = [], {}
-    real_step, real_scores = trainer.dpsgd.private_step, sparse.row_scores
+    real_step, real_scores = loop.dpsgd.private_step, sparse.row_scores
 
     def recording_step(stepper, *a, **kw):
         st = real_step(stepper, *a, **kw)  # p.grad now holds the noisy release g̃
@@ -103,7 +104,7 @@ def test_selection_sees_private_data_only_through_the_noisy_releases(cache_dir, 
         seen.update({n: t.clone() for n, t in v.items()})
         return real_scores(v)
 
-    monkeypatch.setattr(trainer.dpsgd, "private_step", recording_step)
+    monkeypatch.setattr(loop.dpsgd, "private_step", recording_step)
     monkeypatch.setattr(sparse, "row_scores", recording_scores)  # read through the module at the call
     s = dpviz.run(RunConfig(**FAST, epsilon=2.0), cache_dir=cache_dir)
     head, sel = s["phases"][0]["steps"], s["phases"][1]["steps"]

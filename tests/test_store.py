@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpviz.artifacts import VERSIONS
+from dpviz.store.artifacts import VERSIONS
 from dpviz.errors import StoreError
 from dpviz.store import Store
 

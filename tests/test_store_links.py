@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from dpviz import cli, idle
+from dpviz import cli
+from dpviz.training import idle
 from dpviz.errors import StoreError
 from dpviz.models import pretrain
 from dpviz.store import Store

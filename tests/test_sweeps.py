@@ -217,7 +217,7 @@ def test_a_point_whose_dead_owner_finished_its_run_is_answered_from_the_store(cl
 def test_an_ownerless_trial_is_left_alone_while_another_registered_worker_lives(cache_dir):
     """A live worker between `ask` and writing its owner looks like a dead one's trial; its registration
     tells them apart."""
-    from dpviz import trials
+    from dpviz.sweeps import trials
 
     study = sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5],
                                                                             seeds=[0]), cache_dir=cache_dir)
@@ -289,11 +289,11 @@ def test_points_and_ranges_are_checked_by_the_library_naming_the_field():
 def test_pages_are_not_offered_the_proxy_searches_of_auto_rates(cache_dir):
     """A user's search and an "auto" rate's proxy search (marked ``auto``): the Tuning page's picker
     (`studies(..., auto=False)`) lists the user's only; the command line still sees both."""
-    from dpviz import proxy_search
+    from dpviz.autotune import proxy
 
     cfg = RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0)
     mine = sweeps.create_search(cfg, {"lr_ft": [0.003, 0.3]}, trials=3, cache_dir=cache_dir)
-    proxy_search.search(cfg, ["lr_ft"], cache_dir=cache_dir, trials=2, run=False)  # created, marked, not run
+    proxy.search(cfg, ["lr_ft"], cache_dir=cache_dir, trials=2, run=False)  # created, marked, not run
     offered = [s.study_name for s in sweeps.studies(cache_dir=cache_dir, kind="tune", auto=False)]
     assert offered == [mine.study_name]
     assert len(sweeps.studies(cache_dir=cache_dir, kind="tune")) == 2

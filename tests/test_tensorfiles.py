@@ -1,4 +1,4 @@
-"""Large tensors are kept once per store (`dpviz.tensorfiles`): shared between runs and checkpoints, put
+"""Large tensors are kept once per store (`dpviz.store.tensors`): shared between runs and checkpoints, put
 back exactly, and deleted with the last run that uses them."""
 
 import pytest

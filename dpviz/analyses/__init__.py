@@ -63,7 +63,7 @@ def run_analysis(name: str, features, *, context: dict | None = None, **params) 
     ``features`` is a checkpoint's feature dict, or a `hessian.Checkpoint` for model analyses;
     ``context`` holds inputs that are not parameters (the embedding's reference checkpoints).
     """
-    from ..errors import ConfigError
+    from dpviz.errors import ConfigError
 
     if name not in REGISTRY:
         raise ConfigError("analysis", f"one of {', '.join(sorted(REGISTRY))}", name)
@@ -75,4 +75,4 @@ def run_analysis(name: str, features, *, context: dict | None = None, **params) 
             **a.fn(features, **(context or {}), **{**a.params, **params}).to_dict()}
 
 
-from . import embedding, hessian, knn, residual, separability  # noqa: E402,F401  (registration)
+from dpviz.analyses import embedding, hessian, knn, residual, separability  # noqa: E402,F401  (registration)

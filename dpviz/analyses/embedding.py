@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import layers, register
+from dpviz.analyses import layers, register
 
 
 def pca_basis(stack: np.ndarray, dims: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +73,7 @@ def embedding(features: dict, method: str = "pca", reference: list | None = None
         coords = umap_maps(reference)[position]
         return Embedding(coords.astype(np.float64), np.asarray(features["labels"]), "umap", ())
     if method != "pca":
-        from ..errors import ConfigError
+        from dpviz.errors import ConfigError
         raise ConfigError("method", "pca or umap", method)
     stack = np.vstack(reference) if reference else x
     mu, axes = pca_basis(stack)

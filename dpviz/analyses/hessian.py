@@ -4,7 +4,7 @@ A model analysis: it reloads the run's weights at the step and takes a fixed
 batch of the *private training data* (the first ``batch`` examples of a fixed
 permutation, independent of the run's seed), so like the other analyses it is
 a statistic of private data that the run's DP guarantee does not cover.
-The formulas are in `dpviz.curvature`'s docstring. The parameters are those
+The formulas are in `dpviz.analyses.curvature`'s docstring. The parameters are those
 the run updates at that step (the head in an LP phase, everything in FFT);
 the decelerator uses the run's own σ, expected batch size B and clipping
 norm C, and c, the mean clip factor of the sampled per-sample gradients.
@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from .. import curvature
-from ..privacy.clipping import clip_factors
-from . import register
+from dpviz.analyses import curvature
+from dpviz.privacy.clipping import clip_factors
+from dpviz.analyses import register
 
 
 @dataclass(kw_only=True)
@@ -71,7 +71,7 @@ class HessianResult:
 
 
 def trainable_params(model: nn.Module, trainable: str) -> list[nn.Parameter]:
-    from ..engine import set_trainable
+    from dpviz.training.prepare import set_trainable
 
     set_trainable(model, trainable)
     return [p for p in model.parameters() if p.requires_grad]
@@ -118,7 +118,7 @@ def predict_batch_size(result: dict, *, epsilon: float, delta: float, epochs: in
     Keeps GᵀG, GᵀHG, tr(H), tr(HΣ) and c of ``result`` fixed and varies B with σ(B) calibrated for
     (ε, δ) over ``epochs`` epochs of n examples; see `curvature.predicted_best_batch`.
     """
-    from ..privacy.accounting import sigma_by_batch_size
+    from dpviz.privacy.accounting import sigma_by_batch_size
 
     rows = sigma_by_batch_size(epsilon=epsilon, delta=delta, epochs=epochs, dataset_size=n,
                                batch_sizes=batch_sizes, accountants=[accountant])

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from . import layers, register
+from dpviz.errors import ConfigError
+from dpviz.analyses import layers, register
 
 
 def knn_predict(ref: np.ndarray, ref_y: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import layers, register
-from .separability import fit_law
+from dpviz.analyses import layers, register
+from dpviz.analyses.separability import fit_law
 
 
 def prediction_residual(x: np.ndarray, y: np.ndarray) -> float:

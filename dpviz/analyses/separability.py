@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import layers, register
+from dpviz.analyses import layers, register
 
 
 def fuzziness(x: np.ndarray, y: np.ndarray) -> float:

@@ -6,9 +6,9 @@ import copy
 import functools
 import json
 
-from ..errors import ConfigError, StoreError
-from ..store import Store
-from . import REGISTRY, layers, run_analysis
+from dpviz.errors import ConfigError, StoreError
+from dpviz.store import Store
+from dpviz.analyses import REGISTRY, layers, run_analysis
 
 BACKGROUND = ("knn", "separability", "residual", "hessian")  # computed at every checkpoint as runs train
 
@@ -49,7 +49,7 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
     key = cache_key(store, run_id, name, params)
     if (hit := store.get_analysis(run_id, step, name, key)) is not None:
         if name == "knn" and "k" in params:  # stores from before knn checked k may hold a result for a bad k
-            from .knn import check_k
+            from dpviz.analyses.knn import check_k
 
             check_k(params["k"], hit["n"])
         return hit
@@ -84,10 +84,10 @@ def plan_at(plans, step: int):
 @functools.lru_cache(maxsize=8)
 def _prepared(cfg_json: str, root: str):
     """Data, model skeleton and calibrated phases of a run (σ calibration and loading done once)."""
-    from .. import engine
-    from ..config import RunConfig
+    from dpviz.training import prepare
+    from dpviz.config import RunConfig
 
-    return engine.prepare(RunConfig.from_dict(json.loads(cfg_json), reset_unread=True), cache_dir=root,
+    return prepare.prepare(RunConfig.from_dict(json.loads(cfg_json), reset_unread=True), cache_dir=root,
                           with_curve=False)
 
 
@@ -95,8 +95,8 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     """The run's model at ``step`` and a fixed batch of its private training data."""
     import torch
 
-    from ..config import RunConfig
-    from .hessian import Checkpoint
+    from dpviz.config import RunConfig
+    from dpviz.analyses.hessian import Checkpoint
 
     cfg = RunConfig.from_dict(store.get_run(run_id)["config"], reset_unread=True)
     state = weights_at(store, run_id, step, cfg.keep_weights)
@@ -129,8 +129,8 @@ def weights_at(store: Store, run_id: str, step: int, keep_weights: str) -> dict:
 
 
 def _all_umap_maps(store: Store, run_id: str, key: str, steps: list[int], reference: list, step: int) -> dict:
-    from . import PRIVACY_NOTE
-    from .embedding import umap_maps
+    from dpviz.analyses import PRIVACY_NOTE
+    from dpviz.analyses.embedding import umap_maps
 
     wanted = None
     for s, coords in zip(steps, umap_maps(reference)):
@@ -152,7 +152,7 @@ def unattended(store: Store, run_id: str) -> tuple[str, ...]:
     checkpoints), which would slow the user's next run; there the Curvature page or ``analyze hessian``
     computes them when asked.
     """
-    from ..catalog import BACKBONES
+    from dpviz.catalog import BACKBONES
 
     entry = BACKBONES.get(store.get_run(run_id)["config"].get("backbone", "cnn"))
     return BACKGROUND if entry is None or entry.own else tuple(n for n in BACKGROUND
@@ -189,7 +189,7 @@ def analyze_missing(store: Store, run_id: str, *, before=None, unattended_only: 
 
     Args:
         before: called before each checkpoint's analyses (the detached process waits there while a
-            run trains, `dpviz.idle`).
+            run trains, `dpviz.training.idle`).
         unattended_only: skip what `unattended` leaves to be asked for (the detached process).
 
     Returns: [{step, analysis}] of what was computed.

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..privacy import clipping as clip  # module, not the `clipping` arguments below
+from dpviz.privacy import clipping as clip  # module, not the `clipping` arguments below
 
 CANARY_NORM = 10.0  # a gradient canary's norm before clipping, in units of C
 # Without DP (ε = ∞) nothing clips or hides a canary; its norm then only has to stand out of the real

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import RunConfig
-from ..errors import ConfigError
-from ..store import Store
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.store import Store
 
 THREATS = ("white-box", "black-box")
 KINDS = ("mislabeled", "ood")  # black-box canary images
@@ -70,7 +70,8 @@ class AuditSpec:
 
 # The files whose code makes the released updates (sampling, clipping, noise, accounting, the loop and
 # the strategies' phases) and the canaries and bounds of the audit itself: any change re-audits.
-MECHANISM_FILES = ("calibration.py", "engine.py", "execute.py", "trainer.py", "sparse.py", "lora.py",
+MECHANISM_FILES = ("training/calibration.py", "training/prepare.py", "training/execute.py", "training/loop.py",
+                   "models/sparse.py", "models/lora.py",
                    "privacy/*.py", "strategies/*.py", "audit/canaries.py", "audit/bounds.py", "audit/run.py")
 
 
@@ -86,7 +87,7 @@ def mechanism_hash(root: str | None = None) -> str:
 
 
 def _canaries(spec: AuditSpec, included: np.ndarray):
-    from .canaries import GradientCanaries, InputCanaries
+    from dpviz.audit.canaries import GradientCanaries, InputCanaries
 
     if spec.threat == "white-box":
         return lambda bundle: GradientCanaries(included, seed=spec.seed)
@@ -103,9 +104,9 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     the guesses made and right, the ceiling, AUC, TPR at FPR 1 % and 0.1 %, the scores, and for the
     white-box threat the ideal ε_lb of scores from the mechanism's exact distribution.
     """
-    from .. import execute
-    from ..runner import resolved
-    from . import canaries as canary_mod  # torch: only when an audit trains
+    from dpviz.training import execute
+    from dpviz.runner import resolved
+    from dpviz.audit import canaries as canary_mod  # torch: only when an audit trains
 
     spec = spec or AuditSpec()
     store = store or Store(cache_dir)
@@ -126,7 +127,7 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
 
 def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, store: Store | None = None) -> dict | None:
     """The stored report ``audit(cfg, spec)`` would answer with, or None when it would train (imports no torch)."""
-    from ..runner import resolved
+    from dpviz.runner import resolved
 
     spec, store = spec or AuditSpec(), store or Store(cache_dir)
     cfg, _ = resolved(cfg, store, search_ok=False)
@@ -135,7 +136,7 @@ def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, sto
 
 def roc(report: dict) -> tuple[np.ndarray, np.ndarray]:
     """(FPR, TPR) of a stored report's canary scores, "in if score ≥ t" over every threshold."""
-    from . import bounds
+    from dpviz.audit import bounds
 
     scores = np.array(report["scores_in"] + report["scores_out"])
     return bounds.roc(scores, np.arange(len(scores)) < len(report["scores_in"]))
@@ -153,7 +154,7 @@ def best_per_config(store: Store) -> dict[str, dict]:
 
 
 def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
-    from . import bounds  # scipy.stats: not on the path of pages that only read stored audits
+    from dpviz.audit import bounds  # scipy.stats: not on the path of pages that only read stored audits
 
     delta = cfg.delta
     best = bounds.best_bounds(scores, included, delta=delta, confidence=spec.confidence)

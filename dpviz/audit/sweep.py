@@ -10,10 +10,10 @@ import math
 import threading
 from typing import Callable
 
-from ..config import RunConfig
-from ..errors import Cancelled, ConfigError
-from ..store import Store
-from .run import THREATS, AuditSpec, audit, stored as stored_report
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled, ConfigError
+from dpviz.store import Store
+from dpviz.audit.run import THREATS, AuditSpec, audit, stored as stored_report
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, math.inf)
 """The issue's grid; ∞ trains without noise (the canaries' visibility: ε_lb should near the ceiling)."""

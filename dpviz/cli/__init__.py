@@ -16,11 +16,11 @@ import contextlib
 import os
 import sys
 
-from .. import catalog
-from ..errors import DpvizError
-from ..storecheck import no_new_store_on_error
-from . import audit, info, runs, sweeps
-from .common import Parser, fail
+from dpviz import catalog
+from dpviz.errors import DpvizError
+from dpviz.store.checks import no_new_store_on_error
+from dpviz.cli import audit, info, runs, sweeps
+from dpviz.cli.common import Parser, fail
 
 # The order ``--help`` lists them in.
 ORDER = ("run", "audit", "theory", "list", "show", "delete", "analyze", "sweep", "tune", "worker", "accountants",

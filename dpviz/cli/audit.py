@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from ..config import parse_epsilon
-from ..errors import ConfigError
-from .common import Progress, config_flags, config_from_args, dump, number
+from dpviz.config import parse_epsilon
+from dpviz.errors import ConfigError
+from dpviz.cli.common import Progress, config_flags, config_from_args, dump, number
 
 SWEEP_AXES = ("sweep_strategies", "sweep_epsilons", "sweep_threats")
 
@@ -42,7 +42,7 @@ PARSERS = {"audit": add_audit}
 
 
 def cmd_audit(args) -> int:
-    from ..audit import audit
+    from dpviz.audit import audit
 
     cfg = config_from_args(args)
     spec = _spec(args)
@@ -59,7 +59,7 @@ def cmd_audit(args) -> int:
 
 def _spec(args):
     """The auditor's `AuditSpec` from the flags; sweep flags only with --sweep, --threat only without."""
-    from ..audit import AuditSpec
+    from dpviz.audit import AuditSpec
 
     given = [f for f in SWEEP_AXES if getattr(args, f) is not None]
     if given and not args.sweep:
@@ -73,7 +73,7 @@ def _spec(args):
 
 
 def _audit_sweep(args, cfg, spec) -> int:
-    from ..audit import sweep
+    from dpviz.audit import sweep
 
     axes = dict(strategies=args.sweep_strategies or [cfg.strategy],
                 epsilons=[parse_epsilon(str(e), "sweep_epsilons") for e in args.sweep_epsilons or sweep.EPSILONS],

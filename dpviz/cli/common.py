@@ -18,9 +18,9 @@ import math
 import sys
 from dataclasses import fields
 
-from ..config import RunConfig, load_config_file
-from ..errors import ConfigError, DpvizError
-from ..tasks import TASKS, with_task
+from dpviz.config import RunConfig, load_config_file
+from dpviz.errors import ConfigError, DpvizError
+from dpviz.tasks import TASKS, with_task
 
 EXIT_USAGE = 2
 
@@ -32,7 +32,7 @@ class Parser(argparse.ArgumentParser):
 
 def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
     """Every RunConfig field as a flag: shared ones in one group, each strategy's own in its group."""
-    from .. import strategies
+    from dpviz import strategies
 
     g = p.add_argument_group("run configuration (see RunConfig)")
     groups = {f: (cls, prm) for cls in strategies.REGISTRY.values() for prm in cls.params for f in [prm.name]}

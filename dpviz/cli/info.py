@@ -12,13 +12,13 @@ import json
 import sys
 from dataclasses import fields
 
-from ..config import parse_epsilon
-from ..errors import ConfigError
-from .common import dump, number
+from dpviz.config import parse_epsilon
+from dpviz.errors import ConfigError
+from dpviz.cli.common import dump, number
 
 
 def add_theory(sub) -> None:
-    from ..theory import Setting
+    from dpviz.theory import Setting
 
     p = sub.add_parser("theory", help="the theory lab: Ke et al. 2024's two-layer setting under Langevin diffusion "
                        "(LP, FFT, LP-FFT over time; --utility: loss against the LP share; --overlay: real DP-SGD)")
@@ -50,7 +50,7 @@ def add_strategies(sub) -> None:
 
 
 def add_reproduce(sub) -> None:
-    from ..tasks import TASKS
+    from dpviz.tasks import TASKS
 
     rp = sub.add_parser("reproduce", help="the reproduction scorecard: each seed paper's headline claims measured "
                         "on a task with auto learning rates (resumable: finished runs are reused)")
@@ -72,7 +72,7 @@ PARSERS = {"theory": add_theory, "accountants": add_accountants, "strategies": a
 
 
 def cmd_theory(args) -> int:
-    from ..theory import Setting, curves, overlay, readings, utility
+    from dpviz.theory import Setting, curves, overlay, readings, utility
 
     s = Setting(**_setting_fields(args))
     c = curves(s)
@@ -90,8 +90,8 @@ def cmd_theory(args) -> int:
 
 def _setting_fields(args: argparse.Namespace) -> dict:
     """The `Setting` fields given as flags, read as their types; --overlay checked before any curve."""
-    from ..theory import Setting
-    from ..theory.overlay import STRATEGIES as OVERLAYS
+    from dpviz.theory import Setting
+    from dpviz.theory.overlay import STRATEGIES as OVERLAYS
 
     kw = {}
     for f in fields(Setting):
@@ -106,7 +106,7 @@ def _setting_fields(args: argparse.Namespace) -> dict:
 
 
 def cmd_accountants(args) -> int:
-    from ..privacy.accounting import sigma_by_batch_size
+    from dpviz.privacy.accounting import sigma_by_batch_size
 
     rows = sigma_by_batch_size(epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
                                dataset_size=args.dataset_size, batch_sizes=args.batch_sizes,
@@ -119,7 +119,7 @@ def cmd_accountants(args) -> int:
 
 
 def cmd_strategies(args) -> int:
-    from .. import strategies
+    from dpviz import strategies
 
     rows = [{"name": c.name, "label": c.label, "fields": list(c.fields()), "lr_fields": list(c.lr_fields),
              "color": c.color, "min_epochs": c.min_epochs, "grad_sample_modes": list(c.grad_sample_modes),
@@ -136,7 +136,7 @@ def cmd_strategies(args) -> int:
 
 def parse_changes(items) -> dict:
     """``FIELD=VALUE`` words → {field: value} (JSON values as such, anything else as text)."""
-    from ..config import RunConfig
+    from dpviz.config import RunConfig
 
     out = {}
     for item in items or ():
@@ -152,7 +152,7 @@ def parse_changes(items) -> dict:
 
 def _list_claims(task: str, as_json: bool) -> int:
     """The claims and what each measures on ``task`` (or why it cannot be read there)."""
-    from .. import reproduce
+    from dpviz import reproduce
 
     rows = [{"id": c.id, "seed": c.seed, "paper": reproduce.PAPERS[c.seed][0], "title": reproduce.PAPERS[c.seed][1],
              "sentence": c.sentence, "preset": c.experiment(task), "readable": why is None, "why_not": why,
@@ -163,8 +163,8 @@ def _list_claims(task: str, as_json: bool) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from .. import reproduce
-    from ..tasks import task
+    from dpviz import reproduce
+    from dpviz.tasks import task
 
     task(args.task, "task")  # a one-line error naming the tasks
     if args.list:

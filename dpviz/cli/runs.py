@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..config import switched_off
-from ..errors import ConfigError
-from .common import Progress, SearchProgress, config_flags, config_from_args, dump
+from dpviz.config import switched_off
+from dpviz.errors import ConfigError
+from dpviz.cli.common import Progress, SearchProgress, config_flags, config_from_args, dump
 
 
 def add_run(sub) -> None:
@@ -83,10 +83,10 @@ PARSERS = {"run": add_run, "list": add_list, "show": add_show, "delete": add_del
 
 
 def cmd_run(args) -> int:
-    from .. import runner
+    from dpviz import runner
 
     cfg = config_from_args(args)
-    if _launched():  # one rank of a distributed run (torchrun): `dpviz.distributed`
+    if _launched():  # one rank of a distributed run (torchrun): `dpviz.training.distributed`
         return _run_rank(cfg, args)
     if not cfg.private:
         print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
@@ -107,8 +107,8 @@ def cmd_run(args) -> int:
 
 def _say_force(cfg, cache_dir) -> None:
     """--force on a private configuration that is stored already: say that it spends the budget again."""
-    from .. import runner
-    from ..store import Store
+    from dpviz import runner
+    from dpviz.store import Store
 
     if not cfg.private:
         return
@@ -133,7 +133,8 @@ def _launched() -> bool:
 
 def _run_rank(cfg, args) -> int:
     """``torchrun --nproc-per-node N -m dpviz run …``: this process is one rank; rank 0 prints and stores."""
-    from .. import distributed, runner
+    from dpviz import runner
+    from dpviz.training import distributed
 
     world = distributed.init_from_env(cfg.device)
     try:
@@ -159,10 +160,11 @@ def _train(cfg, args) -> dict | None:
     background analyses run afterwards in a detached process (`_analyze_later`)."""
     import signal
 
-    from .. import idle, runner
-    from ..errors import Cancelled
-    from .. import ahead
-    from ..store import Store
+    from dpviz import runner
+    from dpviz.training import idle
+    from dpviz.errors import Cancelled
+    from dpviz.training import ahead
+    from dpviz.store import Store
 
     cancel = threading.Event()
     progress, search = Progress(cfg, args.quiet), SearchProgress(args.quiet)
@@ -230,8 +232,8 @@ def text(s: dict) -> str:
 
 
 def cmd_list(args) -> int:
-    from ..runner import summary_of
-    from ..store import SHOWN, Store
+    from dpviz.runner import summary_of
+    from dpviz.store import SHOWN, Store
 
     store = Store(args.cache_dir)
     # A row whose JSON is garbled is listed as "damaged" with what to do; the others as usual.
@@ -249,8 +251,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from ..runner import summary_of
-    from ..store import Store
+    from dpviz.runner import summary_of
+    from dpviz.store import Store
 
     store = Store(args.cache_dir)
     print(dump(summary_of(store.get_run(args.run_id), store)))  # JSON with or without --json
@@ -258,7 +260,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_delete(args) -> int:
-    from ..store import Store
+    from dpviz.store import Store
 
     store = Store(args.cache_dir)
     for rid in args.run_ids:
@@ -270,8 +272,8 @@ def cmd_delete(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .. import idle
-    from ..store import Store
+    from dpviz.training import idle
+    from dpviz.store import Store
 
     store = Store(args.cache_dir)
     if args.analysis == "all" and args.when_idle:
@@ -279,7 +281,7 @@ def cmd_analyze(args) -> int:
         # lock before this process imports torch beside it, then wait until nothing trains.
         time.sleep(idle.GRACE_S)
         idle.wait_until_idle(store.root)
-    from ..analyses.service import analyze, analyze_missing
+    from dpviz.analyses.service import analyze, analyze_missing
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
         wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
@@ -300,9 +302,9 @@ def cmd_analyze(args) -> int:
 def cmd_features(args) -> int:
     import numpy as np
 
-    from ..analyses.service import resolve_step
-    from ..safefile import write_atomic
-    from ..store import Store
+    from dpviz.analyses.service import resolve_step
+    from dpviz.store.safefile import write_atomic
+    from dpviz.store import Store
 
     out = _output_file(args.out)  # before the store opens: bad input creates nothing
     store = Store(args.cache_dir)

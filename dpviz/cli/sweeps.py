@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ..config import RunConfig
-from ..errors import ConfigError, DpvizError
-from .common import at_least, config_flags, config_from_args, dump
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError, DpvizError
+from dpviz.cli.common import at_least, config_flags, config_from_args, dump
 
 SPARSE_ONLY = {"sparsities": "--sparsities", "selections": "--selections", "fft": "--no-fft",
                "lora_ranks": "--lora-ranks"}
@@ -94,7 +94,7 @@ def _refuse_other_kind(args, base: RunConfig) -> None:
 
 def _grid(args, base: RunConfig) -> list[dict]:
     """The sweep's points, every one checked (`sweeps.check_points`) before anything is stored."""
-    from .. import sweeps
+    from dpviz import sweeps
 
     if args.kind == "budget":
         fractions = FRACTIONS if args.fractions is None else args.fractions
@@ -109,7 +109,9 @@ def _grid(args, base: RunConfig) -> list[dict]:
 
 
 def cmd_sweep(args) -> int:
-    from .. import calibration, runner, sweeps
+    from dpviz import runner
+    from dpviz.training import calibration
+    from dpviz import sweeps
 
     base = config_from_args(args)
     at_least(args, "workers", 1)
@@ -135,7 +137,7 @@ def cmd_sweep(args) -> int:
 
 
 def _workers(requested: int | None, waiting: int) -> int:
-    from ..trials import local_workers
+    from dpviz.sweeps.trials import local_workers
 
     n, note = local_workers(requested, waiting)
     if note:
@@ -144,7 +146,8 @@ def _workers(requested: int | None, waiting: int) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .. import runner, sweeps
+    from dpviz import runner
+    from dpviz import sweeps
 
     base = config_from_args(args)
     at_least(args, "trials", 1)
@@ -174,7 +177,8 @@ def cmd_worker(args) -> int:
     import optuna
     import torch
 
-    from .. import runner, sweeps
+    from dpviz import runner
+    from dpviz import sweeps
 
     at_least(args, "threads", 1)
     st = _existing_storage(args)  # a damaged journal is one line, before torch works
@@ -193,8 +197,8 @@ def cmd_worker(args) -> int:
 def _existing_storage(args):
     """The storage the worker reads, or None where no journal file exists yet: no study to work on, and
     opening the storage would create the file (a refused ``--study`` must leave the cache as it was)."""
-    from .. import sweeps
-    from ..journal import journal_path
+    from dpviz import sweeps
+    from dpviz.sweeps.journal import journal_path
 
     if not (args.storage or os.environ.get("DPVIZ_STORAGE")) and not journal_path(args.cache_dir).exists():
         return None

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import catalog
-from ..errors import ConfigError
+from dpviz import catalog
+from dpviz.errors import ConfigError
 
 
 @dataclass

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..safefile import read_input
+from dpviz.errors import ConfigError
+from dpviz.store.safefile import read_input
 
 SPLIT_SEED = 20240529  # the fixed split: the same for every run, whatever its seed
 TEST_FRACTION = 0.2

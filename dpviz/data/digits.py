@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import Bundle, to_unit_range
+from dpviz.data import Bundle, to_unit_range
 
 SIZE = 16
 # scikit-learn's ``train_test_split(range(1797), test_size=0.2, stratify=y, random_state=0)``, stored

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .. import catalog
-from ..errors import ConfigError
-from . import Bundle, check_class_count, to_unit_range
+from dpviz import catalog
+from dpviz.errors import ConfigError
+from dpviz.data import Bundle, check_class_count, to_unit_range
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 FOLDER_SIZE = 32

@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from . import Bundle
-from .public import _polyline
+from dpviz.data import Bundle
+from dpviz.data.public import _polyline
 
 N_TRAIN, N_TEST, SIZE = 1500, 500, 16
 

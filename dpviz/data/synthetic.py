@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Bundle
+from dpviz.data import Bundle
 
 N_TRAIN, N_TEST, SIZE, MARGIN = 2000, 500, 16, 0.1
 

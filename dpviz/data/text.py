@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
-from . import Bundle, check_class_count
-from .corpora import (balance, dedupe, read_bbc_news, read_csv, read_folder, read_tweets, stratified_split,
+from dpviz.errors import ConfigError
+from dpviz.data import Bundle, check_class_count
+from dpviz.data.corpora import (balance, dedupe, read_bbc_news, read_csv, read_folder, read_tweets, stratified_split,
                       title_key)
-from .phrases import SENTIMENTS, TOPICS, sentiment_phrases, topic_phrases
-from .tokens import cached_encode, tokenizer_setup
+from dpviz.data.phrases import SENTIMENTS, TOPICS, sentiment_phrases, topic_phrases
+from dpviz.data.tokens import cached_encode, tokenizer_setup
 
 MIN_TRAIN_TEXTS = 3  # per class: fewer leave a class nothing to learn from under DP noise
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import catalog
-from ..errors import ConfigError, StoreError
-from ..safefile import real_folder, write_atomic
-from ..storecheck import default_cache_dir
+from dpviz import catalog
+from dpviz.errors import ConfigError, StoreError
+from dpviz.store.safefile import real_folder, write_atomic
+from dpviz.store.home import default_cache_dir
 
 DEFAULT_BACKBONE, DEFAULT_MAX_LENGTH = "minilm", 64  # a loader called without a run's config
 # The files that decide how a folder tokenises (never the weights: hashing them would be slow).
@@ -177,7 +177,7 @@ _STORE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpviz_toke
 @contextlib.contextmanager
 def cache_in(cache_dir):
     """Token ids cached while this is open, in this thread, go under ``cache_dir``: the store of the run that
-    loads the data (`dpviz.engine.prepare`), not the default store of the working folder."""
+    loads the data (`dpviz.training.prepare.prepare`), not the default store of the working folder."""
     token = _STORE.set(Path(cache_dir) if cache_dir else None)
     try:
         yield

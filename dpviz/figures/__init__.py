@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-from .runs import band_curves, metric_curves, utility_curve
-from .style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
+from dpviz.figures.runs import band_curves, metric_curves, utility_curve
+from dpviz.figures.style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
 _SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "theory", "tuning")
 

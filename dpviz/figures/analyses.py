@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import CLASS_COLORS, DASHES, SERIES, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import CLASS_COLORS, DASHES, SERIES, eps_text, log_axis, layout as _layout
 
 
 def law_plot(series: list[dict], quantity: str) -> go.Figure:

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
 
 INF_AT = 32.0
 """Where ε = ∞ (no noise) sits on a sweep's log ε axis: two octaves past the grid's 8 (clear of the 10¹ tick)."""

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import ACCOUNTANT_COLORS, BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
+from dpviz.figures.style import ACCOUNTANT_COLORS, BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
 
 SYMBOLS = ("circle", "square", "diamond")
 

@@ -6,7 +6,7 @@ import re
 
 import plotly.graph_objects as go
 
-from .style import DASHES, SERIES, VERDICT_COLORS, layout as _layout
+from dpviz.figures.style import DASHES, SERIES, VERDICT_COLORS, layout as _layout
 
 _CURVE = re.compile(r"ε=(\S+) p=(\S+)")
 

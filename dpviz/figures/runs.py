@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout, log_axis
-from .style import label as axis_label
+from dpviz.figures.style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout, log_axis
+from dpviz.figures.style import label as axis_label
 
 LOG_METRICS = ("lr",)
 """Metrics drawn on a log axis: a learning rate spans decades (LP-FFT's head rate is ~30× its backbone's)."""

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import BASELINE_COLORS, UNSELECTED, color, eps_order, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import BASELINE_COLORS, UNSELECTED, color, eps_order, eps_text, log_axis, layout as _layout
 
 
 def _methods() -> dict:

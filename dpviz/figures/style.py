@@ -12,7 +12,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import strategies
+from dpviz import strategies
 
 TEMPLATE = "plotly_white"
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")

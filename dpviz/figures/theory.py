@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .style import BEST, DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import BEST, DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
 
 METRIC_LABELS = {
     "loss": "training loss",

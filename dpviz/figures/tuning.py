@@ -16,7 +16,7 @@ import math
 import optuna
 import plotly.graph_objects as go
 
-from .style import (BEST, GREY, OKABE_ITO, TEMPLATE, decades, eps_text, legend_below, power_text, title_lines,
+from dpviz.figures.style import (BEST, GREY, OKABE_ITO, TEMPLATE, decades, eps_text, legend_below, power_text, title_lines,
                     title_margin, title_style, wrap)
 
 KINDS = ("history", "importance", "parallel")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import catalog
+from dpviz import catalog
 
 
 class Classifier(nn.Module):

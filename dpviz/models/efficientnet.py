@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import BackboneError, ConfigError
+from dpviz.errors import BackboneError, ConfigError
 
 RESOLUTION = 48  # working side: 28 px Fashion-MNIST upsampled (frozen features + LR: 77 % at 32, 84 % at 48 and 64)
 ARCH = "tf_efficientnet_lite0"

@@ -33,8 +33,8 @@ from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import BackboneError, ConfigError, load_failure
-from .vit import ClsPos, ClsTokenFeatures, register_with_opacus
+from dpviz.errors import BackboneError, ConfigError, load_failure
+from dpviz.models.vit import ClsPos, ClsTokenFeatures, register_with_opacus
 
 register_with_opacus()  # this module uses Opacus anyway (its validators)
 

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.public import NUM_CLASSES, random_process_images
-from ..errors import BackboneError, load_failure
-from ..safefile import locked, write_atomic
-from . import Classifier, build_backbone
+from dpviz.data.public import NUM_CLASSES, random_process_images
+from dpviz.errors import BackboneError, load_failure
+from dpviz.store.safefile import locked, write_atomic
+from dpviz.models import Classifier, build_backbone
 
 SHIPPED = Path(__file__).with_name("weights")
 PRETRAIN = {"n": 12000, "epochs": 4, "batch": 128, "lr": 2e-3, "seed": 1234, "version": 1}
@@ -76,7 +76,7 @@ def pretrained_backbone(name: str, *, channels: int, size: int, cache_dir: Path,
     The store's copy comes first, then the one dpviz ships. A store copy that does not load (a foreign
     or truncated file) is removed, with a one-line warning on stderr saying whether the shipped copy is
     used instead or the backbone is pretrained again. The lock and the new file are never opened
-    through a link planted in the folder (`dpviz.safefile`).
+    through a link planted in the folder (`dpviz.store.safefile`).
     """
     folder = Path(cache_dir) / "backbones"  # may itself be a link: a backbone cache shared between stores
     folder.mkdir(parents=True, exist_ok=True)

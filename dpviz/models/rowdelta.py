@@ -2,7 +2,7 @@
 
 It lives with the models (a layer type, as the ViT's `ClsPos` does) so that both the book-keeping
 per-sample path (`dpviz.privacy.bk`, which has a rule for it) and the sparse mechanics
-(`dpviz.sparse`, which inserts it) import it from below.
+(`dpviz.models.sparse`, which inserts it) import it from below.
 """
 
 from __future__ import annotations

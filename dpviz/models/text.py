@@ -40,8 +40,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ..errors import BackboneError, ConfigError
-from ..safefile import read_input
+from dpviz.errors import BackboneError, ConfigError
+from dpviz.store.safefile import read_input
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
 LORA_TARGETS = ("query", "value", "q_lin", "v_lin")  # DP-LoRA's standard setting: W_q and W_v

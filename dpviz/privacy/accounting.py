@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from .opacus_accountants import create_accountant, rdp_analysis
+from dpviz.privacy.opacus_accountants import create_accountant, rdp_analysis
 
 _opacus_rdp = rdp_analysis()
 
@@ -235,7 +235,7 @@ def check_sigma_table_args(*, epsilon: float, delta: float, epochs: int, dataset
                            accountants) -> None:
     """The arguments of `sigma_by_batch_size` are ones it can tabulate; a `ConfigError` naming the first
     that is not: ε finite and > 0, epochs and n >= 1, each B in [1, n], δ in (0, 1/n], known accountants."""
-    from ..errors import ConfigError
+    from dpviz.errors import ConfigError
 
     ACCOUNTANTS = tuple(BOUND_BY)  # the accountants this module composes (config's choices are these)
     given = dict(epsilon=epsilon, epochs=epochs, dataset_size=dataset_size, batch_sizes=batch_sizes,
@@ -262,7 +262,7 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
     ValueError) naming the argument: one `check_sigma_table_args` refuses, or ``epsilon`` if no
     accountant can reach it.
     """
-    from ..errors import ConfigError
+    from dpviz.errors import ConfigError
 
     check_sigma_table_args(epsilon=epsilon, delta=delta, epochs=epochs, dataset_size=dataset_size,
                            batch_sizes=batch_sizes, accountants=accountants)

@@ -45,11 +45,11 @@ import torch
 from torch import nn
 from torch.autograd.graph import get_gradient_edge
 
-from ..models.rowdelta import RowDelta
-from ..models.vit import ClsPos
-from . import bk_rules as rules
-from . import clipping as clip  # module, not the `clipping` argument below
-from . import precision as prec
+from dpviz.models.rowdelta import RowDelta
+from dpviz.models.vit import ClsPos
+from dpviz.privacy import bk_rules as rules
+from dpviz.privacy import clipping as clip  # module, not the `clipping` argument below
+from dpviz.privacy import precision as prec
 
 _unfold, _per_sample_affine = rules.unfold, rules.per_sample_affine  # the names they had here
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import bk
-from . import clipping as clip  # module, not the `clipping` arguments below
-from . import precision as prec
+from dpviz.privacy import bk
+from dpviz.privacy import clipping as clip  # module, not the `clipping` arguments below
+from dpviz.privacy import precision as prec
 
 
 @dataclass(kw_only=True)
@@ -48,11 +48,11 @@ class Stepper:
         if mode == "auto":
             mode = "bk" if bk.supports(module) else "hooks"
         if mode == "hooks" and precision != "fp32":
-            from ..errors import ConfigError
+            from dpviz.errors import ConfigError
             raise ConfigError("precision", "fp32 here: mixed precision runs on book-keeping, and this model's "
                               f"per-sample gradients need Opacus's hooks ({'; '.join(bk.unsupported(module))})")
         if mode == "hooks" and any(isinstance(m, bk.RowDelta) for m in module.modules()):
-            from ..errors import ConfigError
+            from dpviz.errors import ConfigError
             raise ConfigError("backbone", "a backbone whose trainable layers book-keeping supports "
                               "(Linear, Conv2d, GroupNorm, LayerNorm) for sparse fine-tuning")
         if mode == "bk" and type(module) is nn.Linear and module.bias is not None:
@@ -68,7 +68,7 @@ class Stepper:
         else:
             from opacus import GradSampleModule  # only here: the default path never imports Opacus's hooks
 
-            from ..models.vit import register_with_opacus
+            from dpviz.models.vit import register_with_opacus
 
             register_with_opacus()
             self.forward = GradSampleModule(module, batch_first=True, loss_reduction="sum")
@@ -133,7 +133,7 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     expected batch size q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
     ``canaries``: an audit's white-box canaries (`dpviz.audit.canaries.GradientCanaries`), added to the
     clipped sum before the noise and scored on what the step releases.
-    ``reduce``: a distributed run's in-place sum over ranks (`dpviz.distributed.World.all_reduce`), applied
+    ``reduce``: a distributed run's in-place sum over ranks (`dpviz.training.distributed.World.all_reduce`), applied
     to this rank's clipped sums before the noise, which every rank then draws alike: it enters once.
     """
     for p in stepper.params:

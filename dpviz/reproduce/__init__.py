@@ -13,10 +13,10 @@ from the cache, so a stopped scorecard resumes) and returns one row per claim.
 
 from __future__ import annotations
 
-from .claims import (CLAIMS, FRACTIONS, MODELS, PAPERS, PRIVATE_NOTE, REGISTRY, SCALE, SEED_FILES, SWEEPS, Claim,
+from dpviz.reproduce.claims import (CLAIMS, FRACTIONS, MODELS, PAPERS, PRIVATE_NOTE, REGISTRY, SCALE, SEED_FILES, SWEEPS, Claim,
                      scorecard_config)
-from .scorecard import ONE_SEED, plan, row, run, stored_rows, unreadable_row
-from .verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fit_rho, fmt, judge_decelerator,
+from dpviz.reproduce.scorecard import ONE_SEED, plan, row, run, stored_rows, unreadable_row
+from dpviz.reproduce.verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fit_rho, fmt, judge_decelerator,
                        judge_dip, judge_interior, judge_law, judge_law_breaks, judge_pair, judge_public_first,
                        judge_shift, mean_std)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import catalog
-from .. import tasks as _tasks
-from ..config import RunConfig
-from .verdicts import (fit_r2, fit_rho, judge_decelerator, judge_dip, judge_interior, judge_law, judge_law_breaks,
+from dpviz import catalog
+from dpviz import tasks as _tasks
+from dpviz.config import RunConfig
+from dpviz.reproduce.verdicts import (fit_r2, fit_rho, judge_decelerator, judge_dip, judge_interior, judge_law, judge_law_breaks,
                        judge_pair, judge_public_first, judge_shift)
 
 SEED_FILES = {"000": "000_c4e19def002afd7a.txt", "001": "001_6453452e78d6a51a.txt", "002": "002_0f4d90728d2cb6ec.txt",
@@ -70,7 +70,7 @@ class Claim:
 
     def why_not(self, task: str) -> str | None:
         """Why the claim cannot be read on ``task`` (one sentence), or None when it can."""
-        from .. import catalog
+        from dpviz import catalog
 
         t = _tasks.task(task)
         if self.needs_public:
@@ -129,7 +129,7 @@ def _pair(store, groups) -> dict:
 
 
 def _knn_dip(store, groups) -> dict:
-    from ..analyses.service import analyze
+    from dpviz.analyses.service import analyze
 
     dips, series = {}, {}
     for g, runs in groups.items():
@@ -152,7 +152,7 @@ def _curves(store, groups) -> dict:
 
 
 def _law(store, groups) -> dict:
-    from ..analyses.service import analyze
+    from dpviz.analyses.service import analyze
 
     out = {}
     for g, runs in groups.items():
@@ -175,7 +175,7 @@ def _law_constant(store, groups) -> dict:
 
 
 def _decelerator(store, groups) -> dict:
-    from ..analyses.service import analyze
+    from dpviz.analyses.service import analyze
 
     dominant = []
     for s in groups["fft"]:

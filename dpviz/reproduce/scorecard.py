@@ -8,9 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import RunConfig
-from .claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
-from .verdicts import NOT_READ, mean_std
+from dpviz.config import RunConfig
+from dpviz.reproduce.claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
+from dpviz.reproduce.verdicts import NOT_READ, mean_std
 
 
 def plan(claims, seeds, task: str = "default", changes: dict | None = None) -> dict[str, dict[str, list[RunConfig]]]:
@@ -71,14 +71,14 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
         workers: processes that train the runs first (`workers.train`; 1: this process trains them).
     """
-    from ..runner import run as run_one
-    from ..store import Store
+    from dpviz.runner import run as run_one
+    from dpviz.store import Store
 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
     todo = plan(chosen, seeds, task, changes)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
     if workers > 1:
-        from . import workers as pool
+        from dpviz.reproduce import workers as pool
 
         pool.train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress,
                    cancel=cancel)
@@ -108,7 +108,7 @@ def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes:
                 cache_dir=None) -> list[dict]:
     """The rows on ``task`` whose runs are all finished in the store (and those of claims it cannot read),
     training nothing (for pages)."""
-    from ..store import Store
+    from dpviz.store import Store
 
     store = Store(cache_dir)
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
@@ -140,7 +140,7 @@ def pending(todo: dict[str, dict[str, list[RunConfig]]], store) -> list[RunConfi
 
 
 def _finished(store, cfg: RunConfig) -> dict | None:
-    from ..runner import lookup
+    from dpviz.runner import lookup
 
     hit = lookup(cfg, store)[2]
     return {**hit["summary"], "run_id": hit["run_id"]} if hit else None

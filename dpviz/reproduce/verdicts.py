@@ -34,7 +34,7 @@ def compare(a, b) -> str:
 def fit_rho(values, start: int = 0) -> float:
     """ρ of the geometric fit of values[start:] (the separability analysis's own `fit_law`): the ratio
     D_(l+1) / D_l it gives (< 1: a decay)."""
-    from ..analyses.separability import fit_law  # here: the analyses package imports torch, verdicts do not
+    from dpviz.analyses.separability import fit_law  # here: the analyses package imports torch, verdicts do not
 
     return fit_law(values[start:]).rho
 

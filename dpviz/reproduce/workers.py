@@ -15,14 +15,14 @@ import multiprocessing as mp
 import queue
 from typing import Callable
 
-from ..config import RunConfig
+from dpviz.config import RunConfig
 
 
 def _work(todo, done, cache_dir: str, threads: int) -> None:
     import torch
 
-    from ..runner import run
-    from ..store import Store
+    from dpviz.runner import run
+    from dpviz.store import Store
 
     torch.set_num_threads(threads)
     store = Store(cache_dir)
@@ -46,7 +46,7 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
         progress: called with (runs done, runs in all, "N workers").
         cancel: a `threading.Event`; set, the workers are stopped (their runs are left interrupted).
     """
-    from ..trials import local_workers, threads_per_worker
+    from dpviz.sweeps.trials import local_workers, threads_per_worker
 
     n, _ = local_workers(workers, len(configs))
     ctx = mp.get_context("spawn")  # torch and its threads are not fork-safe

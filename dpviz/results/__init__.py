@@ -12,14 +12,14 @@ profile). Every public name is re-exported here: ``results.curves(...)``.
 
 from __future__ import annotations
 
-from .analyses import (analysis_curves, cached_analysis, embedding_frames, embedding_table, feature_texts,
+from dpviz.results.analyses import (analysis_curves, cached_analysis, embedding_frames, embedding_table, feature_texts,
                        knn_dip_reading,
                        law_reading, law_series, law_table, layer_table)
-from .curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
+from dpviz.results.curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
                         curvature_table)
-from .runs import (CURVE_METRICS, best_run_reading, budget_reading, caption, curves, final_table, group_key,
+from dpviz.results.runs import (CURVE_METRICS, best_run_reading, budget_reading, caption, curves, final_table, group_key,
                    matching_run, offered, run_label, run_labels, runs_of, seed_bands, shown_runs, stored_ids, switch_step)
-from .sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_time_ms, step_time_reading
+from dpviz.results.sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_time_ms, step_time_reading
 
 __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis_curves", "batch_prediction_reading",
            "best_run_reading", "budget_reading", "cached_analysis", "caption", "curvature_reading", "curvature_table",

@@ -14,8 +14,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..store import Store
-from .runs import group_key, run_labels
+from dpviz.store import Store
+from dpviz.results.runs import group_key, run_labels
 
 def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> pd.DataFrame:
     """Cached scalar ``field`` of analysis ``name`` per checkpoint, in `curves`' long format.
@@ -43,7 +43,7 @@ def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> 
 
 def cached_analysis(store: Store, run_id: str, step: int, name: str) -> dict | None:
     """The cached result of a background analysis with its default parameters, or None."""
-    from ..analyses import REGISTRY
+    from dpviz.analyses import REGISTRY
 
     return store.get_analysis(run_id, step, name, json.dumps(REGISTRY[name].params, sort_keys=True))
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..store import Store
-from .analyses import cached_analysis
-from .runs import run_labels
+from dpviz.store import Store
+from dpviz.results.analyses import cached_analysis
+from dpviz.results.runs import run_labels
 
 CURVATURE_FIELDS = ("trace", "stderr", "probes", "gtg", "gthg", "tr_h_sigma", "clip_factor", "dominant",
                     "lr_star", "improvement_star", "parameters")

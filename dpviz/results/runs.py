@@ -19,7 +19,7 @@ import math
 
 import pandas as pd
 
-from ..store import SHOWN, Store
+from dpviz.store import SHOWN, Store
 
 CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
                  "clip_fraction", "grad_norm", "lr", "step_ms")
@@ -70,7 +70,7 @@ def _value(v) -> str:
 def _own_fields(strategy: str | None = None) -> set[str]:
     """The fields only some strategies read (their own and their learning rates): ``strategy``'s, or every
     registered strategy's. A strategy no module registers (a plugin not loaded) reads all of them."""
-    from .. import strategies
+    from dpviz import strategies
 
     every = {f for n in strategies.names() for f in strategies.get(n).fields() + strategies.get(n).lr_fields}
     if strategy is None or strategy not in strategies.names():
@@ -132,7 +132,7 @@ def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
 def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
     """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, and the
     strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any."""
-    from ..audit.run import best_per_config
+    from dpviz.audit.run import best_per_config
 
     audits, rows = best_per_config(store), []
     for rid in run_ids:
@@ -197,7 +197,7 @@ def matching_run(store: Store, run: dict, *, finished_only: bool = True, **chang
     Every field but ``lora_rank`` keys the cache, so a caller resets the old strategy's own fields to
     the values the twin was run with (the sparse profile runs DP-FFT at the defaults).
     """
-    from ..config import RunConfig
+    from dpviz.config import RunConfig
 
     want = RunConfig.from_dict({**run["config"], **changes}, reset_unread=True).hash()
     same = [r for r in store.list_runs()

@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from ..store import Store
+from dpviz.store import Store
 
 def sparse_mask(store: Store, run_id: str) -> dict | None:
     """The recorded mask of a sparse run: {step, selection, sparsity, mask, rows_per_layer}, or None."""

@@ -10,9 +10,9 @@ CLI and the dashboard) or imported before use (from Python).
 
 from __future__ import annotations
 
-from .. import catalog
-from ..errors import ConfigError
-from .base import Param, PhasePlan, PhaseSetup, Strategy
+from dpviz import catalog
+from dpviz.errors import ConfigError
+from dpviz.strategies.base import Param, PhasePlan, PhaseSetup, Strategy
 
 REGISTRY: dict[str, type[Strategy]] = {}
 
@@ -65,7 +65,7 @@ def plan(cfg, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> lis
 
 
 # the built-in strategies, in the order menus list them
-from . import lp, fft, lp_fft, partial, continual, sparse, lora  # noqa: E402,F401
+from dpviz.strategies import lp, fft, lp_fft, partial, continual, sparse, lora  # noqa: E402,F401
 
 
 def load_plugins(spec: str | None = None, *, deferred: bool = False) -> None:

@@ -3,7 +3,7 @@
 A strategy is one class in one module of this package, registered by name with
 `register`. Its class attributes tell the rest of dpviz what it needs (the
 `RunConfig` fields it uses, its learning rates, its colour); `plan` turns a
-config into phases; the hooks run inside `trainer.Loop`, which has one phase
+config into phases; the hooks run inside `loop.Loop`, which has one phase
 loop and names no strategy. Reading the registry imports no torch: hooks import
 what they need when they run.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ConfigError
+from dpviz.errors import ConfigError
 
 if TYPE_CHECKING:  # the loop's types; imported only for annotations
-    from ..trainer import Loop
+    from dpviz.training.loop import Loop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +144,7 @@ class Strategy:
         Such a field must keep its default: a value there would change nothing but the cache key, so a
         run would be stored twice under two keys (`dpviz.strategies.validate` refuses it).
         """
-        from . import REGISTRY
+        from dpviz.strategies import REGISTRY
 
         mine = set(cls.fields())
         others = {f for s in REGISTRY.values() for f in s.fields()} - mine
@@ -188,7 +188,7 @@ class Strategy:
         return model.state_dict()
 
     def resume_state(self, loop: "Loop") -> dict | None:
-        """What this strategy keeps outside the weights, for a stopped run to go on (`dpviz.resume`): {} when
+        """What this strategy keeps outside the weights, for a stopped run to go on (`dpviz.training.resume`): {} when
         nothing, None when it cannot go on from here (the run then starts again)."""
         return {}
 

@@ -8,10 +8,10 @@ privacy budget is that of plain DP-FFT and the accountant sees only private step
 
 from __future__ import annotations
 
-from .. import catalog
-from ..errors import ConfigError
-from . import register
-from .base import Param, PhasePlan, Strategy
+from dpviz import catalog
+from dpviz.errors import ConfigError
+from dpviz.strategies import register
+from dpviz.strategies.base import Param, PhasePlan, Strategy
 
 SWITCH_CHECK_EVERY = 10  # public steps between decelerator checks of the automatic switch
 MIN_SWITCH_BATCH = 8  # the monitor reads the clip factor c from 8 public per-sample gradients
@@ -90,7 +90,7 @@ class PublicThenPrivate(Strategy):
         pub = loop.prep.public
         px, py = pub.x_train.to(loop.dev), pub.y_train.to(loop.dev)
         if self.cfg.switch_step < 0 and self.cfg.private:
-            from ..curvature import DeceleratorMonitor
+            from dpviz.analyses.curvature import DeceleratorMonitor
 
             c = self.cfg
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,

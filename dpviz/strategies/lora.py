@@ -1,15 +1,15 @@
 """DP-LoRA (Hu et al. 2021; Yu et al. 2022 for DP): low-rank adapters train, pretrained weights stay frozen.
 
-Adapters of rank ``lora_rank`` on every Linear and Conv2d of the backbone (`dpviz.lora`), trained with
+Adapters of rank ``lora_rank`` on every Linear and Conv2d of the backbone (`dpviz.models.lora`), trained with
 the head by DP-SGD; they merge into plain weights at the end, so checkpoints and ``model.pt`` load into
 the unmodified backbone.
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from . import register
-from .base import Param, PhasePlan, Strategy
+from dpviz.errors import ConfigError
+from dpviz.strategies import register
+from dpviz.strategies.base import Param, PhasePlan, Strategy
 
 
 @register
@@ -33,7 +33,7 @@ class LowRankAdapters(Strategy):
         return [PhasePlan(name="lora", steps=total_steps, lr=self.cfg.lr_ft)]
 
     def enter_phase(self, loop, plan):
-        from .. import lora
+        from dpviz.models import lora
 
         lora.apply_lora(loop.model.backbone, self.cfg.lora_rank)
         lora.set_lora_trainable(loop.model)
@@ -42,12 +42,12 @@ class LowRankAdapters(Strategy):
         return loop.setup(module=loop.model)
 
     def leave_phase(self, loop, plan, setup):
-        from .. import lora
+        from dpviz.models import lora
 
         lora.merge(loop.model.backbone)
 
     def state_dict(self, model):
-        from .. import lora
+        from dpviz.models import lora
 
         return lora.merged_state_dict(model)
 

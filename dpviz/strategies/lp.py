@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import register
-from .base import PhasePlan, Strategy
+from dpviz.strategies import register
+from dpviz.strategies.base import PhasePlan, Strategy
 
 
 @register

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from . import register
-from .base import Param, PhasePlan, Strategy
+from dpviz.errors import ConfigError
+from dpviz.strategies import register
+from dpviz.strategies.base import Param, PhasePlan, Strategy
 
 
 @register

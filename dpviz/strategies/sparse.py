@@ -2,14 +2,14 @@
 
 Schedule: the head alone for 20 % of the epochs; with ``selection = sparta`` one selection epoch of
 ordinary DP-SGD whose noisy releases score the rows (no update; the accountant counts it); then
-masked DP-SGD on the chosen rows (`dpviz.sparse` holds the masks and the row-grouped layers).
+masked DP-SGD on the chosen rows (`dpviz.models.sparse` holds the masks and the row-grouped layers).
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from . import register
-from .base import Param, PhasePlan, Strategy
+from dpviz.errors import ConfigError
+from dpviz.strategies import register
+from dpviz.strategies.base import Param, PhasePlan, Strategy
 
 SELECTIONS = ("sparta", "magnitude", "random", "bias", "norm")
 ROW_SELECTIONS = ("sparta", "magnitude", "random")
@@ -72,7 +72,7 @@ class SparseFineTune(Strategy):
         return [p for p in phases if p.steps > 0]
 
     def enter_phase(self, loop, plan):
-        from .. import sparse
+        from dpviz.models import sparse
 
         if plan.name == "select":  # ordinary DP-SGD releases of every weight, never applied
             loop.set_trainable("all")
@@ -88,13 +88,13 @@ class SparseFineTune(Strategy):
 
     def after_step(self, loop, plan, setup):
         if plan.name == "select":
-            from .. import sparse
+            from dpviz.models import sparse
 
             for name, m in sparse.row_layers(loop.model.backbone).items():
                 self.v[name] = self.v[name] + m.weight.grad.abs()  # (out, …)
 
     def leave_phase(self, loop, plan, setup):
-        from .. import sparse
+        from dpviz.models import sparse
 
         if plan.name == "select":  # only these noisy releases reach the row choice
             loop.model.zero_grad(set_to_none=True)
@@ -104,7 +104,7 @@ class SparseFineTune(Strategy):
 
     def _enter_mask(self, loop) -> None:
         """Choose the rows, wrap the masked layers, store the mask."""
-        from .. import sparse
+        from dpviz.models import sparse
 
         cfg, bb = self.cfg, loop.model.backbone
         mask = sparse.choose_mask(bb, cfg.selection, cfg.sparsity, scores=self.scores, seed=cfg.seed)
@@ -119,7 +119,7 @@ class SparseFineTune(Strategy):
         loop.event("mask", f"{cfg.selection}: {self.facts['trainable_fraction']:.4f} of the backbone's weights train")
 
     def state_dict(self, model):
-        from .. import sparse
+        from dpviz.models import sparse
 
         return sparse.folded_state_dict(model)
 

@@ -7,7 +7,7 @@ diffusion's noise; `overlay` trains the same setting with dpviz's real DP-SGD st
 page redraws without importing torch.
 """
 
-from .lab import Curves, Utility, curves, utility  # noqa: F401
-from .overlay import overlay  # noqa: F401  (torch only when called)
-from .simulate import METRICS, STRATEGIES  # noqa: F401
-from .setting import Setting  # noqa: F401
+from dpviz.theory.lab import Curves, Utility, curves, utility  # noqa: F401
+from dpviz.theory.overlay import overlay  # noqa: F401  (torch only when called)
+from dpviz.theory.simulate import METRICS, STRATEGIES  # noqa: F401
+from dpviz.theory.setting import Setting  # noqa: F401

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import langevin
-from .setting import Setting
-from .simulate import METRICS, STRATEGIES, integrate, lp_closed_form, noise
+from dpviz.theory import langevin
+from dpviz.theory.setting import Setting
+from dpviz.theory.simulate import METRICS, STRATEGIES, integrate, lp_closed_form, noise
 
 UTILITY_EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0)
 UTILITY_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)

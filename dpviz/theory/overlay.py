@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
-from .setting import Setting
-from .simulate import initial, integrate
+from dpviz.theory.setting import Setting
+from dpviz.theory.simulate import initial, integrate
 
 OVERLAY_SEEDS = 4
 STRATEGIES = ("lp", "fft")  # what the engine overlay can train over the diffusion
@@ -46,7 +46,7 @@ def _engine(s: Setting, x, y, w, v, *, strategy, lr, batch, sigma, seed) -> list
     import torch
     import torch.nn.functional as F
 
-    from ..privacy import dpsgd
+    from dpviz.privacy import dpsgd
 
     model = _model(w, v, s.activation == "relu")
     model[0].weight.requires_grad_(strategy == "fft")
@@ -78,8 +78,8 @@ def overlay(s: Setting, *, strategy: str = "fft", lr: float | None = None, batch
         batch: the expected batch size qn (default n/4).
         seeds: runs averaged on each side.
     """
-    from ..errors import ConfigError
-    from ..privacy import accounting
+    from dpviz.errors import ConfigError
+    from dpviz.privacy import accounting
 
     if s.loss != "logistic":
         raise ConfigError("loss", "logistic for the engine overlay (DP-SGD trains with cross-entropy)", s.loss)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from ..errors import ConfigError
+from dpviz.errors import ConfigError
 
 N_TEST = 512
 RIDGE = 1e-3  # λ of the least-squares heads and probes (relative to n), for a well-posed solve

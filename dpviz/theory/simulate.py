@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from . import langevin
-from .setting import N_TEST, Setting, act, data, first_layer, least_squares_head
+from dpviz.theory import langevin
+from dpviz.theory.setting import N_TEST, Setting, act, data, first_layer, least_squares_head
 
 STRATEGIES = ("lp", "fft", "lp-fft")
 METRICS = ("loss", "test_accuracy", "alignment", "probe_accuracy", "head_alignment")

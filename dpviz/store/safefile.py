@@ -27,7 +27,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from .errors import ConfigError, StoreError
+from dpviz.errors import ConfigError, StoreError
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 

@@ -23,10 +23,10 @@ import math
 
 import optuna
 
-from .config import RunConfig
-from .errors import ConfigError
-from .journal import storage
-from .trials import (TS, _eps, config_of, local_workers, params_of, point_key, recover,  # noqa: F401
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.sweeps.journal import storage
+from dpviz.sweeps.trials import (TS, _eps, config_of, local_workers, params_of, point_key, recover,  # noqa: F401
                      run_local, start_workers, threads_per_worker, work)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -74,7 +74,7 @@ def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, 
     Every point names the same fields (the study's space lists them all); a field a point's strategy
     does not read takes its default, which leaves the run's hash unchanged.
     """
-    from .strategies.sparse import ROW_SELECTIONS
+    from dpviz.strategies.sparse import ROW_SELECTIONS
 
     rest = {"selection": "sparta", "sparsity": 0.2}  # unused by fft and lora
     lora = {"lora_rank": 4} if lora_ranks else {}  # only when asked: older studies keep their names
@@ -103,7 +103,7 @@ TUNABLE = {"lr_lp": float, "lr_ft": float, "clip_norm": float, "batch_size": int
 
 def check_space(space: dict) -> dict:
     """Validate search ranges {field: [low, high]} and cast them to the fields' types."""
-    from .errors import ConfigError
+    from dpviz.errors import ConfigError
 
     for k, (lo, hi) in space.items():
         if k not in TUNABLE:
@@ -117,7 +117,7 @@ def check_ranges(base: RunConfig, ranges: dict) -> dict:
     """``ranges`` {field: (low, high)} of a search of ``base``, checked: each finite with 0 < low <= high
     (searched on a log scale), a learning rate only where ``base``'s strategy uses it, and each end of
     batch_size and epochs a value the field takes. Returns them unchanged; `ConfigError` naming the field."""
-    from . import strategies
+    from dpviz import strategies
 
     used = strategies.get(base.strategy).lr_fields
     for k, (lo, hi) in ranges.items():
@@ -136,7 +136,7 @@ def preview_corners(configs, space: dict) -> None:
     rest do not), on each dataset the study touches: B ≤ n, δ ≤ 1/n, a σ that exists."""
     from itertools import product
 
-    from . import calibration
+    from dpviz.training import calibration
 
     shaping = {k: v for k, v in space.items() if k in ("batch_size", "epochs")}
     for cfg in configs:
@@ -149,7 +149,7 @@ def proxy_base(base: RunConfig, proxy: str | None) -> RunConfig:
     """``base`` on the public ``proxy`` dataset (``base`` itself when None); a private proxy is refused."""
     if proxy is None:
         return base
-    from .catalog import public_datasets
+    from dpviz.catalog import public_datasets
 
     PUBLIC = public_datasets()
     if proxy not in PUBLIC or proxy == base.dataset:

@@ -2,7 +2,7 @@
 
 `prepare` does everything that can fail on bad input (dataset, backbone,
 weights, δ ≤ 1/n, block counts, σ for the budget) before a run is stored;
-`dpviz.trainer.train` then runs the phases and writes metrics, features and weights.
+`dpviz.training.loop.train` then runs the phases and writes metrics, features and weights.
 The model helpers both share (the optimizer, evaluation, freezing) live here too.
 """
 
@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import catalog, data, errors, models, strategies
-from .data import tokens
-from .calibration import calibrated_phases, check_delta, check_public
-from .config import AUTO, RunConfig
-from .errors import ConfigError
-from .models.pretrain import pretrained_backbone
-from .catalog import Shape
-from .privacy import accounting, dpsgd
-from .privacy.accounting import Phase
+from dpviz import catalog, data, errors, models, strategies
+from dpviz.data import tokens
+from dpviz.training.calibration import calibrated_phases, check_delta, check_public
+from dpviz.config import AUTO, RunConfig
+from dpviz.errors import ConfigError
+from dpviz.models.pretrain import pretrained_backbone
+from dpviz.catalog import Shape
+from dpviz.privacy import accounting, dpsgd
+from dpviz.privacy.accounting import Phase
 
 
 Cancelled = errors.Cancelled  # defined without torch so that light modules can catch it
@@ -65,7 +65,7 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
             canaries: Callable[[data.Bundle], Any] | None = None) -> Prepared:
     """Validate ``cfg`` against its data and backbone and calibrate σ for the whole schedule.
 
-    ``ahead``: a `dpviz.ahead.Ahead` computing σ and the ε curve in parallel; used where it
+    ``ahead``: a `dpviz.training.ahead.Ahead` computing σ and the ε curve in parallel; used where it
     computed them for the schedule loaded here, else they are computed here.
     ``canaries``: an audit's canaries, made from the private bundle; included ones count in n (and so
     in q and T) exactly as real records do.

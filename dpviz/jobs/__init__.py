@@ -24,10 +24,10 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 
-from .config import RunConfig
-from .errors import Cancelled, StoreError
-from .runner import run, training_modules
-from .store import Store
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled, StoreError
+from dpviz.runner import run, training_modules
+from dpviz.store import Store
 
 
 STOP_WAIT_S = 5.0  # how long a stopping process waits for its runs to reach a step boundary
@@ -93,7 +93,7 @@ class Job:
     last: dict = field(default_factory=dict)
     summary: dict | None = None
     error: str | None = None
-    processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.distributed`)
+    processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.training.distributed`)
     joined: int = 0  # later submits of the same config that joined this job instead of training it again
     cached: bool = False  # answered from the store: an identical run had finished before
     waited: bool = False  # answered by an identical run another process was training (it waited for it)
@@ -216,7 +216,7 @@ class JobManager:
 
         try:
             if job.processes > 1:
-                from . import processes
+                from dpviz.jobs import processes
 
                 job.summary = processes.run(job, self.store, force=force, search_progress=searching,
                                             started=started)
@@ -246,7 +246,7 @@ class JobManager:
         curvature (seconds per checkpoint) in its own thread so it never delays the feature views.
         ``unattended_only``: a training run's new checkpoint, nobody asked (`service.unattended`).
         Returns both futures (features, curvature): a page waits on them to stop polling."""
-        from .analyses.service import analyze_checkpoint
+        from dpviz.analyses.service import analyze_checkpoint
 
         def work(kind):
             try:

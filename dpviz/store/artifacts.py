@@ -10,8 +10,8 @@ nothing else in dpviz opens a run's files. Formats at schema 1::
     model      model.pt                   {"__kind__", "__schema__", "state_dict", "config"}; from schema 2,
                                           "tensors" as in weights
     tensor     tensors/xx/<sha>.pt        {"__kind__", "__schema__", "tensor"}: one large tensor, kept once per
-                                          store (`dpviz.tensorfiles`)
-    resume     resume.pt                  where a stopped run goes on from (`dpviz.resume`)
+                                          store (`dpviz.store.tensors`)
+    resume     resume.pt                  where a stopped run goes on from (`dpviz.training.resume`)
     mask       mask.json                  the mask document plus "__kind__" and "__schema__" keys
     analysis   analyses table             ``kind`` and ``schema`` columns beside each result row
 
@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import StoreError, load_failure
+from dpviz.errors import StoreError, load_failure
 
 KIND, SCHEMA = "__kind__", "__schema__"
 VERSIONS = {"features": 1, "weights": 3, "model": 2, "mask": 1, "analysis": 1, "resume": 1, "tensor": 1}

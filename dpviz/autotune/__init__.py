@@ -3,7 +3,7 @@
 A config whose learning rates are "auto" (the default) is resolved before it runs, from the first
 of these that applies:
 
-1. **shipped**: the grid `autotune_grid.json` that `scripts/build_auto_grid.py` computed for the
+1. **shipped**: the grid `dpviz/autotune/grid.json` that `scripts/build_auto_grid.py` computed for the
    built-in backbones × strategies × ε on the default task, interpolated in log ε (and linearly in
    a strategy's `auto_axes`, e.g. the LP share of lp-fft) — instant;
 2. **search**: a small TPE search (`sweeps.create_search`) over the auto fields, every trial an
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .config import LR_DEFAULTS, RunConfig, switched_off
-from .proxy_search import (  # noqa: F401  (the search, run when neither the grid nor a finished search answers)
+from dpviz.config import LR_DEFAULTS, RunConfig, switched_off
+from dpviz.autotune.proxy import (  # noqa: F401  (the search, run when neither the grid nor a finished search answers)
     EDGE, EXTEND_TRIALS, TRIALS_PER_FIELD, edge_warning, finished_search, space_of, at_edges, best_trial,
     chance_warning, extension, proxy_for, search, search_base, start_points, study_name, trials_for)
-from .shipped_rates import (  # noqa: F401  (the shipped grid, read here first; its names stay reachable here)
+from dpviz.autotune.grid import (  # noqa: F401  (the shipped grid, read here first; its names stay reachable here)
     GRID_PATH, PLAIN_RANGES, RANGES, interpolate, key_of, lookup, power_law, shipped, smooth)
 
 
@@ -71,7 +71,7 @@ class Resolution:
 
 def used_fields(cfg: RunConfig) -> tuple[str, ...]:
     """The auto fields ``cfg``'s strategy reads."""
-    from . import strategies
+    from dpviz import strategies
 
     return tuple(f for f in cfg.auto if f in strategies.get(cfg.strategy).lr_fields)
 
@@ -86,7 +86,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         trials: a search's trial budget (default: 2 + 6 per searched field).
         seed: TPE's seed; resolution is deterministic given it.
         search_ok: False returns source "pending" (``cfg`` unchanged) where a search would have to train.
-        validate: called with ``cfg`` before a search trains (the runner passes `engine.preview`, which
+        validate: called with ``cfg`` before a search trains (the runner passes `calibration.preview`, which
             checks δ against the private data's size; resolving itself reads no private data).
         progress, cancel: a search's ``progress(k, n)`` before trial k of n, and its cancel event (`search`).
 
@@ -102,7 +102,7 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
     """
     if not cfg.auto:
         return cfg, Resolution(values={}, source="explicit")
-    from . import strategies
+    from dpviz import strategies
 
     stand_in = strategies.get(cfg.strategy).auto_as
     if stand_in:  # e.g. continual takes DP-FFT's rates: the same private schedule and σ

@@ -1,5 +1,5 @@
 """A background job's run over several local processes: ``torchrun -m dpviz run`` in a child, watched through
-the store (rank 0 writes it as any run; `dpviz.distributed`).
+the store (rank 0 writes it as any run; `dpviz.training.distributed`).
 
 The job's thread resolves "auto" rates first (a search, if one must train, runs here and reports its trials
 as in one process), writes the concrete config to a file, starts ``python -m torch.distributed.run
@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from .errors import Cancelled
-from .runner import resolved
+from dpviz.errors import Cancelled
+from dpviz.runner import resolved
 
 
 def _free_port() -> int:

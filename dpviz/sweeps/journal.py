@@ -24,8 +24,8 @@ from pathlib import Path
 
 import optuna
 
-from .errors import ConfigError, StoreError
-from .store import default_cache_dir
+from dpviz.errors import ConfigError, StoreError
+from dpviz.store.home import default_cache_dir
 
 LOCK_GRACE_S = 3
 """Seconds after which a journal lock file is a dead writer's (Optuna warns below 3)."""

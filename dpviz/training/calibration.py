@@ -1,20 +1,20 @@
 """A run's schedule and the one σ that spends its budget, without torch.
 
-`engine.prepare` builds a run on top of these; the dashboard's form previews a config through
+`prepare.prepare` builds a run on top of these; the dashboard's form previews a config through
 `preview` as the user edits, which for dpviz's own datasets and backbones imports no torch at all
-(`dpviz.catalog`), and `dpviz.ahead` calibrates in a second process while a command imports
+(`dpviz.catalog`), and `dpviz.training.ahead` calibrates in a second process while a command imports
 torch.
 """
 
 from __future__ import annotations
 
-from . import strategies
-from .config import RunConfig, total_steps
-from .errors import ConfigError
-from .privacy import accounting
-from .privacy.accounting import Phase
-from .catalog import Shape, static_shape
-from . import catalog
+from dpviz import strategies
+from dpviz.config import RunConfig, total_steps
+from dpviz.errors import ConfigError
+from dpviz.privacy import accounting
+from dpviz.privacy.accounting import Phase
+from dpviz.catalog import Shape, static_shape
+from dpviz import catalog
 
 
 def schedule(cfg: RunConfig, n: int, num_blocks: int) -> tuple[list[strategies.PhasePlan], float]:
@@ -34,7 +34,7 @@ def check_delta(cfg: RunConfig, n: int) -> None:
 
 def check_public(cfg: RunConfig, private: Shape) -> None:
     """The continual strategy's public data must fit the private task: same modality, image channels and
-    classes (public images are resized to the private side, `engine.load_public`)."""
+    classes (public images are resized to the private side, `prepare.load_public`)."""
     pub_entry, priv_entry = catalog.dataset(cfg.public_dataset), catalog.dataset(cfg.dataset)
     if pub_entry.modality != priv_entry.modality:
         fits = ", ".join(n for n, d in catalog.DATASETS.items() if d.public and d.modality == priv_entry.modality)
@@ -61,7 +61,7 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
                       sigma: float | None = None) -> tuple[list, list[Phase], float]:
     """Plans, phases with the calibrated σ, and q for a training set of size n.
 
-    ``sigma``: σ calibrated already for this very schedule (by `dpviz.ahead`), else calibrated here.
+    ``sigma``: σ calibrated already for this very schedule (by `dpviz.training.ahead`), else calibrated here.
     """
     plans, q = schedule(cfg, n, num_blocks)
     # only private phases enter the accountant: a public phase touches no private record
@@ -81,7 +81,7 @@ def task_shape(cfg: RunConfig) -> tuple[Shape, int]:
 
 def loaded_shape(cfg: RunConfig) -> tuple[Shape, int]:
     """(dataset shape, block count) by loading the dataset and building the backbone (imports torch)."""
-    from . import data, models
+    from dpviz import data, models
 
     bundle = data.load(cfg)
     backbone = models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
@@ -91,7 +91,7 @@ def loaded_shape(cfg: RunConfig) -> tuple[Shape, int]:
 def preview(cfg: RunConfig) -> dict:
     """What a config implies before launch: σ, q and the steps of each phase.
 
-    Validates like `engine.prepare` (dataset, δ ≤ 1/n, blocks, weights, the public data's shape) but
+    Validates like `prepare.prepare` (dataset, δ ≤ 1/n, blocks, weights, the public data's shape) but
     neither pretrains nor trains, so forms can show it as the user edits.
     """
     cfg = cfg.fixed_rates()  # σ and the steps do not depend on the learning rates

@@ -23,8 +23,8 @@ from typing import Callable
 
 import optuna
 
-from .config import RunConfig
-from .store import Store, owner_alive, process_token
+from dpviz.config import RunConfig
+from dpviz.store import Store, owner_alive, process_token
 
 TS = optuna.trial.TrialState
 REGISTERED = "worker "
@@ -150,7 +150,7 @@ def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int 
     spent, or ``max_trials`` ran); orphans are recovered first.
 
     ``run(cfg, store=store)`` trains (or answers from the store) one trial's config and returns its
-    summary: `dpviz.runner.run` for a user's study, `dpviz.execute.run` for a proxy search of `auto`
+    summary: `dpviz.runner.run` for a user's study, `dpviz.training.execute.run` for a proxy search of `auto`
     (passed in, so studies sit below the runner and the policy that uses them). ``kind``: what the stored
     runs are (`dpviz.store.KINDS`), passed to ``run``: "trial", or "search" for a proxy search."""
     store = Store(cache_dir)

@@ -16,9 +16,12 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import distributed, engine, resume as resuming, trainer
-from .config import RunConfig
-from .errors import Cancelled, ConfigError
+from dpviz.training import distributed
+from dpviz.training import prepare
+from dpviz.training import resume as resuming
+from dpviz.training import loop
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled, ConfigError
 
 
 def _concrete(cfg: RunConfig) -> None:
@@ -39,7 +42,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         force: train even if an identical run is stored.
         extra: fields added to the stored summary (e.g. where "auto" rates came from).
         progress, cancel, on_start, on_checkpoint, ahead, on_wait: as `dpviz.runner.run`.
-        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint (`dpviz.resume`), where
+        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint (`dpviz.training.resume`), where
             there is one; otherwise as without it.
         kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
             proxy search). The cache answers by config hash whatever the stored run's kind; a stored
@@ -56,7 +59,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
                                 on_start=on_start, kind=kind, resume=resume)
     if not force and (hit := store.find_finished(cfg.hash())):
         return _answer(store, hit, kind, extra, on_start)
-    prep = engine.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
+    prep = prepare.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
     run_id, state, answer = _claim(store, cfg, prep, kind, resume, force, extra, cancel=cancel, on_wait=on_wait,
                                    on_start=on_start)
     if answer:  # another request trained it meanwhile: its stored run answers this one
@@ -80,7 +83,7 @@ def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_sta
     if on_start:
         on_start(run_id)
     try:
-        summary = trainer.train(prep, store=store, run_id=run_id, state=state, **train)
+        summary = loop.train(prep, store=store, run_id=run_id, state=state, **train)
     except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise
@@ -122,7 +125,7 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume: bool, force: bool, ex
 
 def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,
                      resume=False) -> dict:
-    """`run` as one rank of a distributed run (`dpviz.distributed`): rank 0 answers from the store or creates
+    """`run` as one rank of a distributed run (`dpviz.training.distributed`): rank 0 answers from the store or creates
     the run and alone writes it; every rank prepares (rank 0 first: it fills the caches the others read) and
     trains in step. Rank 0's summary records the world size and the backend; the others return theirs."""
     hit = None if force or world.rank else store.find_finished(cfg.hash())
@@ -132,7 +135,7 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
     if world.rank:
         world.barrier()
     try:
-        prep = engine.prepare(cfg, cache_dir=store.root)
+        prep = prepare.prepare(cfg, cache_dir=store.root)
     finally:
         if not world.rank:
             world.barrier()
@@ -143,7 +146,7 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
     run_id, resumed = world.share((run_id, state is not None))
     if world.rank:  # the snapshot from the store's file (rank 0 alone writes it; every rank reads it)
         state = store.load_resume(run_id) if resumed else None
-        return trainer.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search", state=state)
+        return loop.train(prep, store=None, run_id=run_id, auto_checkpoints=kind != "search", state=state)
     return _train_stored(prep, store, run_id, state, {**(extra or {}), "world_size": world.size,
                                                       "backend": world.backend},
                          on_start=on_start, progress=progress, cancel=cancel, auto_checkpoints=kind != "search",
@@ -155,8 +158,8 @@ def train_unstored(cfg: RunConfig, *, cache_dir, canaries: Callable[[Any], Any] 
     """Train ``cfg`` and keep nothing in a store: returns (summary, the prepared run with its trained model).
 
     ``cache_dir``: where the pretrained backbones are cached. ``canaries``: an audit's canaries (see
-    `engine.prepare`).
+    `prepare.prepare`).
     """
     _concrete(cfg)
-    prep = engine.prepare(cfg, cache_dir=cache_dir, canaries=canaries)
-    return trainer.train(prep, store=None, run_id="unstored", progress=progress, cancel=cancel), prep
+    prep = prepare.prepare(cfg, cache_dir=cache_dir, canaries=canaries)
+    return loop.train(prep, store=None, run_id="unstored", progress=progress, cancel=cancel), prep

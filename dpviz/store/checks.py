@@ -16,17 +16,14 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from .errors import DpvizError, StoreError
-from .safefile import create_new
+from dpviz.errors import DpvizError, StoreError
+from dpviz.store.home import default_cache_dir
+from dpviz.store.safefile import create_new
 
 DB_FILES = ("runs.sqlite", "runs.sqlite-wal", "runs.sqlite-shm")
 # What opening a store (and taking its locks) creates before anything is stored in it; the Optuna
 # journal too while it is empty (looking for a stored "auto" search creates it).
 BARE = {*DB_FILES, ".store.lock", "training.lock", "backbones", "backbones/.lock", "optuna.journal"}
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("DPVIZ_CACHE_DIR") or Path.cwd() / "cache")
 
 
 @contextlib.contextmanager

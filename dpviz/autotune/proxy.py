@@ -6,10 +6,10 @@ beyond that end (`extension`) and a warning if it is still there. `dpviz.autotun
 
 from __future__ import annotations
 
-from . import catalog
-from .config import RunConfig
-from .errors import Cancelled
-from .shipped_rates import PLAIN_RANGES, RANGES
+from dpviz import catalog
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled
+from dpviz.autotune.grid import PLAIN_RANGES, RANGES
 
 TRIALS_PER_FIELD = 6
 
@@ -37,7 +37,7 @@ def space_of(fields, private: bool = True) -> dict:
 
 def study_name(cfg: RunConfig, fields) -> str:
     """The name `search` gives (or gave) the study for ``cfg``'s ``fields``, found without creating it."""
-    from . import sweeps
+    from dpviz import sweeps
 
     base = search_base(cfg).replace(dataset=proxy_for(cfg.dataset), data_dir=None)
     return sweeps.study_name("tune", base, {**sweeps.check_space(space_of(fields, cfg.private)),
@@ -66,7 +66,8 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
 
     ``progress(k, n)`` is called before the k-th of n trials trains; ``cancel`` (an event) stops the search
     between trials (`Cancelled`), leaving the finished trials for the next resolution to resume from."""
-    from . import execute, sweeps
+    from dpviz.training import execute
+    from dpviz import sweeps
 
     trials = trials or trials_for(fields)
     study = sweeps.create_search(search_base(cfg), space_of(fields, cfg.private), trials=trials, seed=seed,
@@ -114,7 +115,8 @@ def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int =
     """Where the best of ``done`` (a finished search's trials) sits at an end of its range: (study, its
     finished trials, the sides) of a small search over the decade beyond that end, the other fields at
     the best's values; None when no field is at an end. With ``run=False`` nothing trains."""
-    from . import execute, sweeps
+    from dpviz.training import execute
+    from dpviz import sweeps
 
     best = best_trial(done)
     sides = at_edges(best.params, space_of(fields, cfg.private))
@@ -179,7 +181,7 @@ def finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> tuple | 
     """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing)."""
     import optuna
 
-    from . import sweeps
+    from dpviz import sweeps
 
     if study_name(cfg, fields) not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
         return None

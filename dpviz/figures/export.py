@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from .errors import ConfigError
-from .figures import with_caption
+from dpviz.errors import ConfigError
+from dpviz.figures import with_caption
 
 FORMATS = ("png", "svg", "pdf", "html")
 _lock = threading.Lock()

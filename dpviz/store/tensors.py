@@ -25,9 +25,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from . import artifacts
-from .errors import StoreError
-from .safefile import real_folder, write_atomic
+from dpviz.store import artifacts
+from dpviz.errors import StoreError
+from dpviz.store.safefile import real_folder, write_atomic
 
 _INTACT: dict[str, tuple[int, int, int]] = {}
 """Files this process found intact (or wrote): path → (inode, size, mtime_ns) when it did."""

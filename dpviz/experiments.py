@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-from .config import RunConfig
-from .data.digits import load_digits
+from dpviz.config import RunConfig
+from dpviz.data.digits import load_digits
 
 N_DIGITS = 1437
 BASE = dict(backbone="vit", dataset="digits", epochs=20, eval_every=6)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .errors import ConfigError
+from dpviz.errors import ConfigError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -16,10 +16,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import distributed, engine, resume, strategies
-from .engine import Cancelled, Prepared
-from .privacy import accounting, dpsgd
-from .strategies.base import PhasePlan, PhaseSetup
+from dpviz import strategies
+from dpviz.training import distributed
+from dpviz.training import prepare
+from dpviz.training import resume
+from dpviz.training.prepare import Cancelled, Prepared
+from dpviz.privacy import accounting, dpsgd
+from dpviz.strategies.base import PhasePlan, PhaseSetup
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
 AUTO_CHECKPOINTS = 10  # checkpoint_every = 0: about this many feature checkpoints after the one at step 0
@@ -91,11 +94,11 @@ class Loop:
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:
-        engine.set_trainable(self.model, trainable)
+        prepare.set_trainable(self.model, trainable)
 
     def head_features(self) -> torch.Tensor:
         """Penultimate features (n, d) of the private training set under the frozen backbone."""
-        return engine.backbone_features(self.model, self.x, self.dev)
+        return prepare.backbone_features(self.model, self.x, self.dev)
 
     def setup(self, *, module, inputs=None, labels=None, sample_rate: float | None = None,
               private: bool | None = None, update: bool = True, optimizer=None) -> PhaseSetup:
@@ -124,7 +127,7 @@ class Loop:
             return
         # the head on the test split's features: computed again only when the backbone changed, so a run
         # whose backbone is frozen (LP) forwards the test split once, not at every evaluation
-        acc, loss = engine.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev)
+        acc, loss = prepare.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev)
         self.last.update(test_accuracy=acc, test_loss=loss)
         self.rec.add(self.step, test_accuracy=acc, test_loss=loss)
         self.rec.flush(self.step)
@@ -136,14 +139,14 @@ class Loop:
     def _test_features(self) -> torch.Tensor:
         """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged."""
         if getattr(self, "_test_key", None) != self._backbone_state():
-            self._test_feats = engine.backbone_features(self.model, self.prep.bundle.x_test, self.dev)
+            self._test_feats = prepare.backbone_features(self.model, self.prep.bundle.x_test, self.dev)
             self._test_key = self._backbone_state()
         return self._test_feats
 
     def _layer_features(self) -> dict:
         """Per-layer features of the evaluation subset, cached as `_test_features` is (LP checkpoints)."""
         if getattr(self, "_layer_key", None) != self._backbone_state():
-            self._layer_feats = engine.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
+            self._layer_feats = prepare.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
             self._layer_key = self._backbone_state()
         return dict(self._layer_feats)
 
@@ -171,11 +174,11 @@ class Loop:
     def run_phase(self, plan: PhasePlan, phase: accounting.Phase | None, index: int = 0, start: int = 0,
                   state: dict | None = None) -> None:
         """Run phase ``index`` from its step ``start``; ``phase`` is its accountant entry (None for a public
-        phase); ``state``: the snapshot a resumed run goes on from (`dpviz.resume`), in this phase."""
+        phase); ``state``: the snapshot a resumed run goes on from (`dpviz.training.resume`), in this phase."""
         s = self.strategy.enter_phase(self, plan)
         stepper = dpsgd.Stepper(s.module, self.cfg.grad_sample_mode, self.cfg.precision) if s.private else s.module
         if s.update and s.optimizer is None:
-            s.optimizer = engine.make_optimizer([p for p in s.module.parameters() if p.requires_grad],
+            s.optimizer = prepare.make_optimizer([p for p in s.module.parameters() if p.requires_grad],
                                                 self.cfg, plan.lr)
         if state is not None:
             resume.load_phase(self, state, s.optimizer)
@@ -265,7 +268,7 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
           auto_checkpoints: bool = True, state: dict | None = None) -> dict:
     """Train all phases of ``prep`` and return the run's summary.
 
-    ``state``: a stopped run's snapshot (`dpviz.resume`): training goes on from it instead of step 0.
+    ``state``: a stopped run's snapshot (`dpviz.training.resume`): training goes on from it instead of step 0.
 
     ``store``: where metrics, events, checkpoints and the final model go; None trains an unstored run
     (an audit's: only the summary and the trained ``prep.model`` remain).
@@ -278,7 +281,7 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     if state is None:
         loop.evaluate()
         loop.checkpoint()
-    else:  # a stopped run goes on (`dpviz.resume`)
+    else:  # a stopped run goes on (`dpviz.training.resume`)
         resume.restore(loop, state)
         loop._weights_base = resume.weights_base(store, run_id) if store is not None else None
     phases = iter(prep.phases)  # the accountant's phases: the private plans, in order

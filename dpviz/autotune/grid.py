@@ -1,4 +1,4 @@
-"""The shipped grid of tuned learning rates (`autotune_grid.json`): read, smoothed and interpolated.
+"""The shipped grid of tuned learning rates (`grid.json`): read, smoothed and interpolated.
 
 `scripts/build_auto_grid.py` tuned every built-in backbone × strategy × ε of the default task on the
 public proxy; each entry's rates are smoothed by a power law in ε and interpolated in log ε (and
@@ -13,9 +13,9 @@ import json
 import math
 from pathlib import Path
 
-from .config import AUTO_FIELDS, RunConfig
+from dpviz.config import AUTO_FIELDS, RunConfig
 
-GRID_PATH = Path(__file__).with_name("autotune_grid.json")
+GRID_PATH = Path(__file__).with_name("grid.json")
 RANGES = {"lr_lp": (0.05, 5.0), "lr_ft": (0.001, 0.3)}
 """Log-scale search range per auto field (the Tuning page's defaults too); the head tolerates far larger
 steps than the backbone."""
@@ -31,7 +31,7 @@ _NOT_KEY = ("epsilon", "seed", "device", "eval_every", "checkpoint_every", "eval
 def key_of(cfg: RunConfig) -> str:
     """The shipped grid's key: every field that shapes training but ε, the seed, the auto fields and the
     strategy's interpolation axes; fields of other strategies are left out."""
-    from . import strategies
+    from dpviz import strategies
 
     cls = strategies.get(cfg.strategy)
     others = {f for n in strategies.names() for f in strategies.get(n).fields()} - set(cls.fields())
@@ -125,7 +125,7 @@ def interpolate(points: list[dict], query: dict, axes: tuple[str, ...], fields) 
 
 def lookup(cfg: RunConfig, fields) -> tuple[dict, dict] | None:
     """Interpolated shipped values of ``fields`` for ``cfg`` and the entry they came from, or None."""
-    from . import strategies
+    from dpviz import strategies
 
     entry = shipped().get(key_of(cfg))
     if entry is None or not all(f in entry["points"][0]["values"] for f in fields):

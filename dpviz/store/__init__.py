@@ -5,11 +5,11 @@ Layout under the cache folder (``cache/`` by default, moved with
 
     runs.sqlite            runs, metrics (long format), events, cached analysis results
     runs/<run_id>/         features/step_XXXXXX.npz, weights/step_XXXXXX.pt, model.pt, mask.json
-    tensors/xx/<sha>.pt    large tensors of weights and models, kept once per store (`dpviz.tensorfiles`)
+    tensors/xx/<sha>.pt    large tensors of weights and models, kept once per store (`dpviz.store.tensors`)
     backbones/             pretrained public backbones
 
 Every artifact is written (atomically) and read through a `Store` method, stamped
-with its kind and schema version; `dpviz.artifacts` has the formats and how
+with its kind and schema version; `dpviz.store.artifacts` has the formats and how
 files from before the stamps are read.
 
 Every call opens its own short-lived connection, so threads and processes can
@@ -18,7 +18,7 @@ write at once; WAL plus a busy timeout turns contention into waiting, not
 ``interrupted`` when a store is next opened; nothing else is touched.
 
 The store may be a shared folder others can write: dpviz creates its files there through
-`dpviz.safefile` (never through a planted link), and `dpviz.storecheck` turns links, an emptied
+`dpviz.store.safefile` (never through a planted link), and `dpviz.store.checks` turns links, an emptied
 database, a read-only folder or garbled rows into one line saying what to do.
 """
 
@@ -32,13 +32,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import artifacts, storecheck
-from .errors import Cancelled, ConfigError, StoreError
-from .runfiles import RunFiles
-from .safefile import locked, write_atomic
-from .owners import owner_alive, process_token  # noqa: F401  (where callers always found them)
-from .storecheck import damaged_database, decode_row, default_cache_dir, json_or_none
-from .storeschema import KINDS, SCHEMA, SHOWN, check_kind, migrate  # noqa: F401  (KINDS, SHOWN: as always)
+from dpviz.store import artifacts
+from dpviz.store import checks
+from dpviz.errors import Cancelled, ConfigError, StoreError
+from dpviz.store.runfiles import RunFiles
+from dpviz.store.safefile import locked, write_atomic
+from dpviz.store.owners import owner_alive, process_token  # noqa: F401  (where callers always found them)
+from dpviz.store.checks import damaged_database, decode_row, json_or_none
+from dpviz.store.home import default_cache_dir
+from dpviz.store.schema import KINDS, SCHEMA, SHOWN, check_kind, migrate  # noqa: F401  (KINDS, SHOWN: as always)
 
 __all__ = ["Store", "damaged_database", "default_cache_dir", "process_token", "write_atomic"]
 
@@ -56,13 +58,13 @@ class Store(RunFiles):
             raise ConfigError("cache_dir", f"a folder dpviz can create and write ({e.strerror or type(e).__name__})",
                               str(self.root)) from None
         self.db = self.root / "runs.sqlite"
-        storecheck.refuse_links(self.root)
+        checks.refuse_links(self.root)
         # Creating the file, switching it to WAL (a persistent setting) and the schema happen
         # under a file lock: two processes opening a new store at once would otherwise race
         # on the journal-mode switch ("database is locked").
         try:
             with locked(self.root / ".store.lock"):
-                storecheck.refuse_orphaned(self.root)
+                checks.refuse_orphaned(self.root)
                 with self._conn() as c:
                     c.execute("PRAGMA journal_mode=WAL")
                     c.executescript(SCHEMA)
@@ -125,7 +127,7 @@ class Store(RunFiles):
 
         Args:
             config_hash, config_json, total_steps, kind: as `create_run`.
-            reopen: (run id, step) of a stopped run of the configuration to go on with (`dpviz.resume`).
+            reopen: (run id, step) of a stopped run of the configuration to go on with (`dpviz.training.resume`).
             force: a new run whatever is stored or live (the caller asked to spend the budget again).
 
         Returns:

@@ -2,8 +2,8 @@
 
 A command-line run spends ≈ 1.7 s importing torch and ≈ 1.5 s on accounting (scipy for Opacus's PRV
 accountant, σ's calibration, the ε-spent curve) before its first step. Neither needs the other, and the
-machine has more than one core: `start` hands the config to ``python -m dpviz.ahead CONFIG_JSON`` before
-torch is imported, and `engine.prepare` takes σ and the curve from it with `Ahead.take`, which gives
+machine has more than one core: `start` hands the config to ``python -m dpviz.training.ahead CONFIG_JSON`` before
+torch is imported, and `prepare.prepare` takes σ and the curve from it with `Ahead.take`, which gives
 them only for the schedule they were computed for (the same n and block count that the run loaded).
 The child runs the same functions as the parent would, so σ and the curve are the same numbers; any
 failure of the child just means the parent computes them itself.
@@ -17,9 +17,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .catalog import static_shape
-from .config import RunConfig, total_steps
-from .errors import ConfigError
+from dpviz.catalog import static_shape
+from dpviz.config import RunConfig, total_steps
+from dpviz.errors import ConfigError
 
 
 @dataclass
@@ -62,7 +62,7 @@ def start(cfg: RunConfig) -> Ahead | None:
     except ConfigError:
         return None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "dpviz.ahead", cfg.to_json()],
+        proc = subprocess.Popen([sys.executable, "-m", "dpviz.training.ahead", cfg.to_json()],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, preexec_fn=_bounded)
     except OSError:
@@ -76,8 +76,8 @@ def _bounded() -> None:
 
 def compute(cfg: RunConfig) -> dict:
     """What the child prints: the n and block count it assumed, σ and the ε-spent curve."""
-    from .calibration import calibrated_phases
-    from .privacy import accounting
+    from dpviz.training.calibration import calibrated_phases
+    from dpviz.privacy import accounting
 
     cfg = cfg.fixed_rates()
     shape, blocks = static_shape(cfg)

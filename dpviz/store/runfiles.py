@@ -1,7 +1,7 @@
 """A run's artifact files (features, weights, model, mask): the `Store` methods that write and read them.
 
-Every file is written atomically under a fresh name (`dpviz.safefile.write_atomic`) in folders
-checked not to be links, and read back through `dpviz.artifacts`, which checks its kind and schema.
+Every file is written atomically under a fresh name (`dpviz.store.safefile.write_atomic`) in folders
+checked not to be links, and read back through `dpviz.store.artifacts`, which checks its kind and schema.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import artifacts
-from .errors import StoreError
-from .safefile import real_folder, write_atomic
-from .tensorfiles import SharedTensors
+from dpviz.store import artifacts
+from dpviz.errors import StoreError
+from dpviz.store.safefile import real_folder, write_atomic
+from dpviz.store.tensors import SharedTensors
 
 
 class RunFiles(SharedTensors):
     """Mixed into `dpviz.store.Store`, which sets ``root`` (the store folder); large tensors of weights and
-    models are kept once per store (`dpviz.tensorfiles`)."""
+    models are kept once per store (`dpviz.store.tensors`)."""
 
     root: Path
 
@@ -91,7 +91,7 @@ class RunFiles(SharedTensors):
         return {**self.load_weights(run_id, doc["base"]), **state}
 
     def save_resume(self, run_id: str, state: dict) -> Path:
-        """Where a stopped run goes on from (`dpviz.resume`): one file per run, replaced at each checkpoint."""
+        """Where a stopped run goes on from (`dpviz.training.resume`): one file per run, replaced at each checkpoint."""
         path = self._new_file(run_id, "resume.pt")
         write_atomic(path, lambda f: artifacts.write_pt(f, "resume", state))
         return path
@@ -105,7 +105,7 @@ class RunFiles(SharedTensors):
         self._file(run_id, "resume.pt").unlink(missing_ok=True)
 
     def save_model(self, run_id: str, state_dict: dict, config: dict) -> Path:
-        """The final model: its state dict (large tensors by reference, `dpviz.tensorfiles`) and the run's
+        """The final model: its state dict (large tensors by reference, `dpviz.store.tensors`) and the run's
         configuration (``RunConfig.to_dict()``)."""
         path = self._new_file(run_id, "model.pt")
         payload = self.share(run_id, {k: v.detach().cpu() for k, v in state_dict.items()})

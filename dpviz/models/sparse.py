@@ -31,8 +31,8 @@ import math
 import torch
 from torch import nn
 
-from .models.vit import ClsPos
-from .models.rowdelta import RowDelta  # noqa: F401  (re-exported: the masked layer)
+from dpviz.models.vit import ClsPos
+from dpviz.models.rowdelta import RowDelta  # noqa: F401  (re-exported: the masked layer)
 
 
 

@@ -185,7 +185,7 @@ class DeceleratorMonitor:
         self.history: list[float] = []
 
     def measure(self, model: nn.Module) -> float:
-        from .privacy.clipping import clip_factors
+        from dpviz.privacy.clipping import clip_factors
 
         params = [p for p in model.parameters() if p.requires_grad]
         lc = LossCurvature(model, self.x, self.y, params)
@@ -199,7 +199,7 @@ class DeceleratorMonitor:
         return dec
 
     def state(self) -> dict:
-        """What a stopped run's monitor goes on from (`dpviz.resume`): its history and its probes' generator."""
+        """What a stopped run's monitor goes on from (`dpviz.training.resume`): its history and its probes' generator."""
         return {"history": list(self.history), "gen": self.gen.get_state()}
 
     def load_state(self, state: dict) -> None:

@@ -17,7 +17,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from .safefile import open_lock
+from dpviz.store.safefile import open_lock
 
 GRACE_S = 1.0
 

@@ -1,0 +1,2 @@
+"""Training a run: calibration, preparing, the loop, execution, resume, distributed runs.
+"""
