@@ -149,8 +149,9 @@ def validate(cfg) -> None:
         v = getattr(cfg, name)
         if v is not None and (not isinstance(v, str) or not v.strip()):
             raise ConfigError(name, "a path (text), or nothing", v)
-    strategies.validate(cfg)
-    check_unread(cfg)
+    chosen = strategies.get(cfg.strategy)  # looked up once for every check below
+    strategies.validate(cfg, chosen)
+    check_unread(cfg, chosen)
     _check_sources(cfg)
 
 
@@ -190,10 +191,11 @@ def unread_by_data(cfg) -> tuple[str, ...]:
     return TEXT_ONLY_FIELDS if data is not None and data.modality != "text" else ()
 
 
-def check_unread(cfg) -> None:
-    """A field the config's strategy or dataset ignores keeps its unset value: any other value would be
-    silently ignored (and for a strategy's field change the cache key, storing the same run twice)."""
-    chosen = strategies.get(cfg.strategy)
+def check_unread(cfg, chosen=None) -> None:
+    """A field the config's strategy (class ``chosen``, looked up if not given) or dataset ignores keeps its
+    unset value: any other value would be silently ignored (and for a strategy's field change the cache key,
+    storing the same run twice)."""
+    chosen = chosen or strategies.get(cfg.strategy)
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name in chosen.unread(cfg):
         value = getattr(cfg, name)

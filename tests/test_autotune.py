@@ -231,3 +231,61 @@ def test_auto_without_a_proxy_takes_the_defaults_and_bad_values_name_the_field(t
         RunConfig(lr_ft="fast")
     with pytest.raises(ConfigError, match="clip_norm"):
         RunConfig(clip_norm="auto")
+
+
+class Counts:
+    """Counts registry look-ups (`strategies.get`) and `RunConfig` constructions (each one validated)."""
+
+    def __init__(self, monkeypatch):
+        from dpviz import strategies
+
+        self.gets = self.configs = 0
+        get, post = strategies.get, RunConfig.__post_init__
+
+        def counted_get(name):
+            self.gets += 1
+            return get(name)
+
+        def counted_post(cfg):
+            self.configs += 1
+            post(cfg)
+
+        monkeypatch.setattr(strategies, "get", counted_get)
+        monkeypatch.setattr(RunConfig, "__post_init__", counted_post)
+
+    def of(self, fn):
+        self.gets = self.configs = 0
+        out = fn()
+        return out, (self.gets, self.configs)
+
+
+def _finished_search(cfg, cache_dir, trials=3):
+    """A search of ``cfg``'s ``lr_ft`` whose trials finished, as Optuna stores them (mid-range rates: no extension)."""
+    import optuna
+
+    from dpviz import sweeps
+
+    study = sweeps.create_search(autotune.search_base(cfg), autotune.space_of(["lr_ft"]), trials=trials,
+                                 proxy=autotune.proxy_for(cfg.dataset), cache_dir=cache_dir)
+    for i, lr in enumerate((0.01, 0.02, 0.03)[:trials]):
+        study.add_trial(optuna.trial.create_trial(params={"lr_ft": lr}, value=0.5 + i / 100,
+                        distributions={"lr_ft": optuna.distributions.FloatDistribution(0.001, 0.3, log=True)}))
+
+
+def test_one_resolve_asks_the_registry_and_builds_configs_only_the_few_times_the_design_needs(monkeypatch, searching,
+                                                                                            cache_dir):
+    """The query is read once: the grid answers with 3 look-ups (the query's, the grid key's hashed fields,
+    the one `replace`'s validation) and 1 config; continual's stand-in adds its own class and its stand-in
+    config (6, 2); a finished search opens its study, read only, by the query's name (6, 3: the search's
+    base and its twin on the proxy name the study)."""
+    count = Counts(monkeypatch)
+    fft, continual = RunConfig(strategy="fft"), RunConfig(strategy="continual")
+    (out, res), n = count.of(lambda: autotune.resolve(fft))
+    assert res.source == "shipped" and out.auto == () and n == (3, 1), n
+    (out, res), n = count.of(lambda: autotune.resolve(continual))
+    assert res.source == "shipped" and res.note.startswith("fft's rates") and out.auto == () and n == (6, 2), n
+    off_grid = RunConfig(strategy="fft", epochs=1, batch_size=512, epsilon=8.0)
+    _finished_search(off_grid, cache_dir)
+    (out, res), n = count.of(lambda: autotune.resolve(off_grid, cache_dir=cache_dir, trials=3))
+    assert res.source == "search" and out.lr_ft == 0.03 and res.trials == 3, res
+    assert n == (6, 3), n

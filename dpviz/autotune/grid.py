@@ -28,13 +28,14 @@ _NOT_KEY = ("epsilon", "seed", "device", "eval_every", "checkpoint_every", "eval
             "precision", "keep_weights", *AUTO_FIELDS)  # precision: the rates tuned in FP32 serve a bf16 run
 
 
-def key_of(cfg: RunConfig) -> str:
+def key_of(cfg: RunConfig, cls=None) -> str:
     """The shipped grid's key: every field that shapes training but ε, the seed, the auto fields and the
-    strategy's interpolation axes; fields of other strategies are left out."""
+    strategy's interpolation axes; fields of other strategies are left out. ``cls``: ``cfg``'s strategy
+    class, where the caller has it already."""
     from dpviz import strategies
 
-    cls = strategies.get(cfg.strategy)
-    others = {f for n in strategies.names() for f in strategies.get(n).fields()} - set(cls.fields())
+    cls = cls or strategies.get(cfg.strategy)
+    others = strategies.strategy_fields() - set(cls.fields())
     d = {k: v for k, v in cfg.to_dict().items()
          if k not in _NOT_KEY and k not in others and k not in cls.auto_axes}
     hashed = json.loads(cfg.to_json(hashed_only=True))  # fields added later count only where they are hashed
@@ -123,15 +124,22 @@ def interpolate(points: list[dict], query: dict, axes: tuple[str, ...], fields) 
     return {f: math.exp(sum(w * math.log(table[c][f]) for c, w in corners if w > 0)) for f in fields}
 
 
+def lookup_key(key: str, point: dict, axes: tuple[str, ...], fields) -> tuple[dict, dict] | None:
+    """Interpolated shipped values of ``fields`` at ``point`` ({"epsilon": ε, axis: value}) of the entry
+    under ``key``, and that entry; None where the grid has no such entry or no point of ε's kind."""
+    entry = shipped().get(key)
+    if entry is None or not all(f in entry["points"][0]["values"] for f in fields):
+        return None
+    private = math.isfinite(point["epsilon"])
+    if not any(math.isfinite(float(p["epsilon"])) == private for p in entry["points"]):
+        return None
+    return interpolate(entry["points"], point, axes, fields), entry
+
+
 def lookup(cfg: RunConfig, fields) -> tuple[dict, dict] | None:
     """Interpolated shipped values of ``fields`` for ``cfg`` and the entry they came from, or None."""
     from dpviz import strategies
 
-    entry = shipped().get(key_of(cfg))
-    if entry is None or not all(f in entry["points"][0]["values"] for f in fields):
-        return None
-    if not any(math.isfinite(float(p["epsilon"])) == cfg.private for p in entry["points"]):
-        return None
-    axes = strategies.get(cfg.strategy).auto_axes
-    query = {"epsilon": cfg.epsilon, **{a: getattr(cfg, a) for a in axes}}
-    return interpolate(entry["points"], query, axes, fields), entry
+    cls = strategies.get(cfg.strategy)
+    return lookup_key(key_of(cfg, cls), {"epsilon": cfg.epsilon, **{a: getattr(cfg, a) for a in cls.auto_axes}},
+                      cls.auto_axes, fields)

@@ -7,7 +7,7 @@ beyond that end (`extension`) and a warning if it is still there. `dpviz.autotun
 from __future__ import annotations
 
 from dpviz import catalog
-from dpviz.config import RunConfig
+from dpviz.config import LR_DEFAULTS, RunConfig
 from dpviz.errors import Cancelled
 from dpviz.autotune.grid import PLAIN_RANGES, RANGES
 
@@ -23,7 +23,8 @@ def proxy_for(dataset: str) -> str | None:
 def search_base(cfg: RunConfig) -> RunConfig:
     """The config a search tunes: auto fields at their defaults, seed 0, evaluated at the end only, keeping
     no weights (nobody looks at a trial's model; on MiniLM they would be 43 MB a trial)."""
-    return cfg.fixed_rates().replace(seed=0, checkpoint_every=0, eval_every=10**6, device="auto", keep_weights="none")
+    return cfg.replace(**{f: LR_DEFAULTS[f] for f in cfg.auto}, seed=0, checkpoint_every=0, eval_every=10**6,
+                       device="auto", keep_weights="none")
 
 
 def trials_for(fields) -> int:
@@ -39,9 +40,7 @@ def study_name(cfg: RunConfig, fields) -> str:
     """The name `search` gives (or gave) the study for ``cfg``'s ``fields``, found without creating it."""
     from dpviz import sweeps
 
-    base = search_base(cfg).replace(dataset=proxy_for(cfg.dataset), data_dir=None)
-    return sweeps.study_name("tune", base, {**sweeps.check_space(space_of(fields, cfg.private)),
-                                                  "target": cfg.dataset})
+    return sweeps.search_name(search_base(cfg), space_of(fields, cfg.private), proxy_for(cfg.dataset))
 
 
 def start_points(fields, trials: int, private: bool = True) -> list[dict]:
@@ -127,9 +126,7 @@ def extension(cfg: RunConfig, fields, done: list, *, cache_dir=None, seed: int =
     if not run:  # look, create nothing: the form's preview reads this on every change
         import optuna
 
-        name = sweeps.study_name("tune", sweeps.proxy_base(base, proxy_for(cfg.dataset)),
-                                 {**sweeps.check_space(space), "target": cfg.dataset})
-        if name not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
+        if sweeps.search_name(base, space, proxy_for(cfg.dataset)) not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
             return None, [], sides
     study = sweeps.create_search(base, space, trials=EXTEND_TRIALS, seed=seed, proxy=proxy_for(cfg.dataset),
                                  cache_dir=cache_dir)
@@ -177,13 +174,18 @@ def best_trial(done: list):
     return max(done, key=lambda t: (t.value, -t.number))
 
 
-def finished_search(cfg: RunConfig, fields, cache_dir, trials, seed) -> tuple | None:
-    """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing)."""
+def finished_search(cfg: RunConfig, fields, cache_dir, trials, seed, name: str | None = None) -> tuple | None:
+    """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing);
+    ``name``: the study's name (`study_name`), where the caller has it."""
     import optuna
 
     from dpviz import sweeps
 
-    if study_name(cfg, fields) not in optuna.get_all_study_names(sweeps.storage(None, cache_dir)):
+    storage = sweeps.storage(None, cache_dir)
+    name = name or study_name(cfg, fields)
+    if name not in optuna.get_all_study_names(storage):
         return None
-    study, done = search(cfg, fields, cache_dir=cache_dir, trials=trials, seed=seed, run=False)
-    return (study, done) if len(done) >= study.user_attrs["n_trials"] else None
+    study = optuna.load_study(study_name=name, storage=storage)  # read only: a look-up writes nothing
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
+    needed = max(trials or trials_for(fields), study.user_attrs["n_trials"])  # a larger budget asked: search on
+    return (study, done) if len(done) >= needed else None

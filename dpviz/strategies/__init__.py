@@ -51,11 +51,11 @@ def strategy_fields() -> set[str]:
     return {f for s in REGISTRY.values() for f in s.fields()}
 
 
-def validate(cfg) -> None:
-    """Every strategy's field ranges, then the chosen strategy's own rules."""
+def validate(cfg, chosen: type[Strategy] | None = None) -> None:
+    """Every strategy's field ranges, then the chosen strategy's own rules (``chosen``: its class, if known)."""
     for cls in REGISTRY.values():
         cls.validate_fields(cfg)
-    get(cfg.strategy).validate(cfg)
+    (chosen or get(cfg.strategy)).validate(cfg)
 
 
 def plan(cfg, *, total_steps: int, steps_per_epoch: int, num_blocks: int) -> list[PhasePlan]:

@@ -157,6 +157,16 @@ def proxy_base(base: RunConfig, proxy: str | None) -> RunConfig:
     return base.replace(dataset=proxy, data_dir=None)
 
 
+def search_name(base: RunConfig, space: dict, proxy: str | None = None) -> str:
+    """The name `create_search` gives the search of ``base`` over ``space`` on ``proxy``: found without
+    creating the study, so a second resolution or a preview reopens the same one."""
+    return _search_name(proxy_base(base, proxy), check_space(space), base.dataset)
+
+
+def _search_name(proxied: RunConfig, space: dict, target: str) -> str:
+    return study_name("tune", proxied, {**space, "target": target})
+
+
 def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url=None, cache_dir=None,
                   seed: int = 0, proxy: str | None = None) -> optuna.Study:
     """Create (or reopen) a TPE search over ``space`` = {field: [low, high]} (log scale).
@@ -172,7 +182,7 @@ def create_search(base: RunConfig, space: dict, *, trials: int = 20, storage_url
     """
     target, base = base, proxy_base(base, proxy)
     space = check_space(space)
-    name = study_name("tune", base, {**space, "target": target.dataset})
+    name = _search_name(base, space, target.dataset)
     study = optuna.create_study(study_name=name, storage=storage(storage_url, cache_dir), direction="maximize",
                                 load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
     study.set_user_attr("kind", "tune")
