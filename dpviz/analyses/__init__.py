@@ -1,7 +1,7 @@
 """Representation analyses, one module each, registered by name.
 
 Each analysis is a pure function of a checkpoint's features (the dict stored
-by the engine: ``layer_0`` … ``layer_L`` and ``labels``) to a small frozen
+by the training loop: ``layer_0`` … ``layer_L`` and ``labels``) to a small frozen
 result whose ``to_dict()`` is JSON-ready. The pages, the command line and the
 tests iterate `REGISTRY`.
 

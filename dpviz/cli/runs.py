@@ -19,7 +19,11 @@ from dpviz.cli.common import Progress, SearchProgress, config_flags, config_from
 
 
 def add_run(sub) -> None:
-    r = sub.add_parser("run", help="train one configuration (or answer it from the cache)")
+    r = sub.add_parser("run", help="run one configuration: resolve its auto rates, then execute it (prepare → "
+                                   "train → store), or answer it from the store",
+                       description="Run one configuration: resolve its auto learning rates on public data, then "
+                                   "execute it (prepare → train → store). An identical finished run is answered "
+                                   "from the store.")
     config_flags(r)
     r.add_argument("--force", action="store_true", help="retrain even if an identical run is stored")
     r.add_argument("--resume", action="store_true", help="go on with the newest stopped (interrupted, cancelled, "

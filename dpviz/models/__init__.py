@@ -35,7 +35,7 @@ class Classifier(nn.Module):
 def build_backbone(name: str, *, channels: int, size: int, weights: str | None = None) -> nn.Module:
     """Build the backbone ``name`` (an entry of `dpviz.catalog`) for inputs of shape (channels, size, size).
 
-    Built-in backbones come back randomly initialised (the engine pretrains
+    Built-in backbones come back randomly initialised (`prepare` pretrains
     them on public data and caches the weights); torchvision/timm backbones
     load ``weights``.
     """

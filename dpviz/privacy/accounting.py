@@ -227,7 +227,7 @@ def spent_at(curve: dict[int, float], step: int) -> float:
 
 
 def steps_for(*, epochs: int, dataset_size: int, batch_size: int) -> int:
-    """T = epochs · round(n/B) steps, as the engine schedules a run."""
+    """T = epochs · round(n/B) steps, as a run is scheduled (`dpviz.training.calibration.schedule`)."""
     return epochs * max(1, round(dataset_size / batch_size))
 
 

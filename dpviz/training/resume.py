@@ -3,7 +3,7 @@
 At each feature checkpoint after the first, rank 0 stores ``runs/<id>/resume.pt`` (replaced each time):
 the model's raw weights (LoRA's adapters unmerged), the optimizer's state, both generators (sampling and
 noise), the step, the count of private steps and where in which phase the run stands. ``run --resume``
-(`dpviz.training.execute`) reopens the newest stopped run of the same configuration and the trainer goes on from
+(`dpviz.training.execute`) reopens the newest stopped run of the same configuration and the loop goes on from
 there: the same Poisson batches, the same noise, so the run ends where an uninterrupted one would, and
 the accountant, which counts private steps of a fixed schedule, gives the same ε. The world size may
 differ: sampling and noise are global (`dpviz.training.distributed`).
