@@ -169,7 +169,7 @@ def killed_sweep(cache_dir, cli_env, then: str):
     base = RunConfig(**{k: float(v) if k.startswith("lr") else int(v) for k, v in KILLED.items()})
     space = sweeps.budget_grid(epsilons=["2.0"], fractions=[0.0, 0.5, 1.0], seeds=[0])  # as the command spells ε
     study = sweeps.create_budget_sweep(base, space, cache_dir=cache_dir)
-    code = ("import os, signal, time, optuna\nfrom dpviz import runner, sweeps, trials\n"
+    code = ("import os, signal, time, optuna\nfrom dpviz import runner, sweeps\nfrom dpviz.sweeps import trials\n"
             f"study = optuna.load_study(study_name={study.study_name!r}, storage=sweeps.storage(None, {str(cache_dir)!r}))\n"
             "study.set_user_attr(trials.REGISTERED + trials.process_token(), time.time())\n"
             f"trial = study.ask()\n{then}\nos.kill(os.getpid(), signal.SIGKILL)\n")
