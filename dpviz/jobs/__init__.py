@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
+from dpviz.jobs import pool
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
 
@@ -124,9 +125,10 @@ class JobManager:
         self.store = Store(cache_dir)
         self.analyses = analyses
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
-        # torch threads × workers ≤ cores (oversubscribed OpenMP crawls); set by the first job, so that
-        # a registry that only lists jobs (the dashboard's first page) never imports torch
-        self.torch_threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+        # the pool's division of the cores (`pool.threads_per_worker`); set by the first job, so that a
+        # registry that only lists jobs (the dashboard's first page) never imports torch. One worker
+        # leaves torch's own choice.
+        self.torch_threads = pool.threads_per_worker(workers) if workers > 1 else None
         self.max_workers = workers  # runs that train at once
         self.pool = _Pool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
@@ -198,9 +200,7 @@ class JobManager:
         job.phase = "preparing"
         training_modules()  # before torch's threads are set: the first import of torch is here
         if self.torch_threads:
-            import torch
-
-            torch.set_num_threads(self.torch_threads)
+            pool.set_threads(self.torch_threads)
 
         def progress(step, total, last):
             job.step, job.total_steps, job.last = step, total, last
