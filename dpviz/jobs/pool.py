@@ -182,11 +182,16 @@ def _exit_code(p) -> int:
 
 
 def _wait(procs: list, answers, progress, cancel) -> int:
+    """Wait for ``procs``, reading ``answers`` (if any) for ``progress`` and stopping them on ``cancel``;
+    how many failed."""
     heard = 0
-    while answers is not None or cancel is not None:
+    while answers is not None or cancel is not None:  # else nothing to watch: just wait below
         if not any(_alive(p) for p in procs) and (answers is None or answers.empty()):
             break
         if cancel is not None and cancel.is_set():
+            for p in procs:
+                if _alive(p):
+                    p.terminate()
             break
         if answers is None:
             time.sleep(POLL_S)
@@ -198,9 +203,6 @@ def _wait(procs: list, answers, progress, cancel) -> int:
         heard += 1
         if progress:
             progress(heard, error)
-    for p in procs:
-        if _alive(p):
-            p.terminate()
     return sum(1 for p in procs if _exit_code(p))
 
 
