@@ -4,8 +4,11 @@ Each `submit` becomes a `Job` (queued → running → finished, failed or cancel
 trains through `runner.run`; its ``phase`` says what it waits for — queued (behind the workers), preparing,
 searching (the public proxy search for "auto" rates, trial k of n), training (step of total) — and
 `JobManager.state` turns it into one line and a fraction for pages: one worker per 2 cores by default, torch threads split so that workers ×
-threads ≤ cores. With ``analyses=True`` every new checkpoint's background analyses are queued beside the
-training (`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
+threads ≤ cores (`pool.threads_per_worker`, the worker pool's rule). Threads, not the pool's processes: a
+job's progress, phase and cancel event are fields the server's pages read and set, in its memory; a run
+over several processes is a torchrun child (`processes`, through the pool's one torchrun launcher).
+With ``analyses=True`` every new checkpoint's background analyses are queued beside the training
+(`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
 training or the other; a failed analysis is stored as a run event and never fails the run.
 
 The dashboard holds one `JobManager` per server (`dashboard.state.job_manager`); benches and tests make

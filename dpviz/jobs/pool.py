@@ -1,15 +1,16 @@
 """The worker pool that trains many configurations: sweeps and tunings, the proxy searches behind "auto"
 learning rates, the reproduction scorecard and the dashboard's launches.
 
-Why processes: on a CPU one run does not keep its cores busy (a batch of 64 leaves half of two cores
-idle), and torch's thread count is one setting per process, so runs sharing a process cannot each have
+Why processes: on a CPU one run does not keep its cores busy (a batch of 64 does not keep two cores
+busy), and torch's thread count is one setting per process, so runs sharing a process cannot each have
 their share. N processes of ``cores ÷ N`` threads train more runs an hour than one process on every core
 (``bench/bench_workers.py``), and a worker killed (kill -9) takes only its own run with it: the store and
 the queue outlive it.
 
 How threads are divided: `threads_per_worker` (cores ÷ workers, at least one) is the one rule. Every pool
-worker, every rank of a torchrun child (`torchrun`) and every thread of the dashboard's `JobManager`
-trains with that many torch threads, so workers × threads ≤ cores (oversubscribed OpenMP threads crawl).
+worker, every rank of a torchrun child (`torchrun`) and each of the dashboard's `JobManager` threads (where
+it runs more than one) trains with that many torch threads, so workers × threads ≤ cores (oversubscribed
+OpenMP threads crawl).
 
 Every worker runs `serve`: take the next item from one queue, train it, until the queue is empty. There
 are two small sources of "next item", because two kinds of queue must exist:
