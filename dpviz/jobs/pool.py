@@ -215,7 +215,7 @@ def _free_port() -> int:
 
 def torchrun(argv: list[str], processes: int, env: dict | None = None) -> subprocess.Popen:
     """The one launcher of a torchrun child: ``python -m torch.distributed.run --nproc-per-node N … argv``
-    with each rank's threads from `threads_per_worker` (N), its output piped, in a session of its own (so
+    with each rank's threads from `threads_per_worker` (N), its output piped, in a process group of its own (so
     that it and its ranks can be signalled as one group)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
            "--master-port", str(_free_port()), *argv]
