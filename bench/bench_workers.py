@@ -2,7 +2,7 @@
 
 Both train the same distinct runs (a real task's scorecard-size DP runs, seeds 0..k-1) into fresh
 stores, side by side in one invocation: first one process with torch on all cores, run after run (what
-`reproduce` does without --workers), then `dpviz.reproduce.workers.train` with N single-threaded
+`reproduce` does without --workers), then `dpviz.reproduce.scorecard.train` with N single-threaded
 processes. Prints the wall time of each and the ratio.
 Usage: python bench/bench_workers.py [--task real-vision] [--strategy fft] [--runs 4] [--workers 2]
 """
@@ -19,7 +19,7 @@ import torch
 
 from dpviz.reproduce import scorecard_config
 from dpviz.reproduce.claims import KEEP
-from dpviz.reproduce.workers import train
+from dpviz.reproduce.scorecard import train
 from dpviz.runner import run
 from dpviz.store import Store
 

@@ -137,7 +137,7 @@ def cmd_sweep(args) -> int:
 
 
 def _workers(requested: int | None, waiting: int) -> int:
-    from dpviz.sweeps.trials import local_workers
+    from dpviz.jobs.pool import local_workers
 
     n, note = local_workers(requested, waiting)
     if note:
@@ -175,15 +175,15 @@ def cmd_tune(args) -> int:
 
 def cmd_worker(args) -> int:
     import optuna
-    import torch
 
     from dpviz import runner
     from dpviz import sweeps
+    from dpviz.jobs import pool
 
     at_least(args, "threads", 1)
     st = _existing_storage(args)  # a damaged journal is one line, before torch works
     if args.threads:
-        torch.set_num_threads(args.threads)
+        pool.set_threads(args.threads)
     known = [] if st is None else [s.study_name for s in optuna.get_all_study_summaries(st)
                                    if s.study_name.startswith("dpviz-")]
     if args.study and args.study not in known:

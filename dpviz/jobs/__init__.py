@@ -4,8 +4,11 @@ Each `submit` becomes a `Job` (queued → running → finished, failed or cancel
 trains through `runner.run`; its ``phase`` says what it waits for — queued (behind the workers), preparing,
 searching (the public proxy search for "auto" rates, trial k of n), training (step of total) — and
 `JobManager.state` turns it into one line and a fraction for pages: one worker per 2 cores by default, torch threads split so that workers ×
-threads ≤ cores. With ``analyses=True`` every new checkpoint's background analyses are queued beside the
-training (`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
+threads ≤ cores (`pool.threads_per_worker`, the worker pool's rule). Threads, not the pool's processes: a
+job's progress, phase and cancel event are fields the server's pages read and set, in its memory; a run
+over several processes is a torchrun child (`processes`, through the pool's one torchrun launcher).
+With ``analyses=True`` every new checkpoint's background analyses are queued beside the training
+(`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
 training or the other; a failed analysis is stored as a run event and never fails the run.
 
 The dashboard holds one `JobManager` per server (`dashboard.state.job_manager`); benches and tests make
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
+from dpviz.jobs import pool
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
 
@@ -124,9 +128,10 @@ class JobManager:
         self.store = Store(cache_dir)
         self.analyses = analyses
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
-        # torch threads × workers ≤ cores (oversubscribed OpenMP crawls); set by the first job, so that
-        # a registry that only lists jobs (the dashboard's first page) never imports torch
-        self.torch_threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+        # the pool's division of the cores (`pool.threads_per_worker`); set by the first job, so that a
+        # registry that only lists jobs (the dashboard's first page) never imports torch. One worker
+        # leaves torch's own choice.
+        self.torch_threads = pool.threads_per_worker(workers) if workers > 1 else None
         self.max_workers = workers  # runs that train at once
         self.pool = _Pool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
@@ -198,9 +203,7 @@ class JobManager:
         job.phase = "preparing"
         training_modules()  # before torch's threads are set: the first import of torch is here
         if self.torch_threads:
-            import torch
-
-            torch.set_num_threads(self.torch_threads)
+            pool.set_threads(self.torch_threads)
 
         def progress(step, total, last):
             job.step, job.total_steps, job.last = step, total, last

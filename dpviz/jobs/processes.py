@@ -1,5 +1,6 @@
 """A background job's run over several local processes: ``torchrun -m dpviz run`` in a child, watched through
-the store (rank 0 writes it as any run; `dpviz.training.distributed`).
+the store (rank 0 writes it as any run; `dpviz.training.distributed`), started by the pool's one torchrun
+launcher (`dpviz.jobs.pool.torchrun`: each rank with its share of the cores).
 
 The job's thread resolves "auto" rates first (a search, if one must train, runs here and reports its trials
 as in one process), writes the concrete config to a file, starts ``python -m torch.distributed.run
@@ -13,27 +14,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 
 from dpviz.errors import Cancelled
+from dpviz.jobs import pool
 from dpviz.runner import resolved
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def command(cfg_file: str, processes: int, cache_dir, force: bool) -> list[str]:
-    """The launcher's argv: torchrun (as a module of this Python) over ``python -m dpviz run``."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-            "--master-port", str(_free_port()), "-m", "dpviz", "--cache-dir", str(cache_dir), "run",
-            "--config", cfg_file, "--json", "--quiet", *(["--force"] if force else [])]
+def argv(cfg_file: str, cache_dir, force: bool) -> list[str]:
+    """What each rank runs: ``python -m dpviz run`` on the concrete config, its summary as JSON."""
+    return ["-m", "dpviz", "--cache-dir", str(cache_dir), "run", "--config", cfg_file, "--json", "--quiet",
+            *(["--force"] if force else [])]
 
 
 def run(job, store, *, force: bool, search_progress, started) -> dict:
@@ -44,9 +36,7 @@ def run(job, store, *, force: bool, search_progress, started) -> dict:
     since = time.time()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg.to_dict(), f)
-    env = {**os.environ, "DPVIZ_BACKGROUND_ANALYSES": "off"}
-    proc = subprocess.Popen(command(f.name, job.processes, store.root, force), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = pool.torchrun(argv(f.name, store.root, force), job.processes, env={"DPVIZ_BACKGROUND_ANALYSES": "off"})
     try:
         while proc.poll() is None:
             if job.cancel_event.is_set():

@@ -69,7 +69,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         cache_dir: the store.
         progress: called with (runs done, runs in all, the claim id being run).
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
-        workers: processes that train the runs first (`workers.train`; 1: this process trains them).
+        workers: processes that train the runs first (`train`; 1: this process trains them).
     """
     from dpviz.runner import run as run_one
     from dpviz.store import Store
@@ -78,10 +78,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     todo = plan(chosen, seeds, task, changes)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
     if workers > 1:
-        from dpviz.reproduce import workers as pool
-
-        pool.train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress,
-                   cancel=cancel)
+        train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress, cancel=cancel)
     total = sum(len(v) for g in todo.values() for v in g.values())
     done, rows, memo = 0, [], {}
     for claim in chosen:
@@ -102,6 +99,44 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
                     progress(done, total, claim.id)
         rows.append(row(claim, store, groups, task))
     return rows
+
+
+def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callable | None = None,
+          cancel=None) -> int:
+    """Train ``configs`` in the worker pool (`dpviz.jobs.pool`: at most one process per core and per run, each
+    taking the next run from one queue, so runs of very different lengths spread evenly) into the store at
+    ``cache_dir``; return how many finished.
+
+    This process only watches (progress, cancel). The workers only fill the store; the scorecard then
+    reads every row from it as one process would, so a run a worker could not finish trains again there
+    (and its error is raised there), and a stopped pass resumes from the store either way.
+
+    Args:
+        configs: distinct runs (`pending`).
+        workers: processes asked for.
+        cache_dir: the store's folder.
+        progress: called with (runs done, runs in all, "N workers").
+        cancel: a `threading.Event`; set, the workers are stopped (their runs are left interrupted).
+    """
+    from functools import partial
+
+    from dpviz.jobs import pool
+    from dpviz.runner import run as run_one
+
+    if not configs:
+        return 0
+    n, _ = pool.local_workers(workers, len(configs))
+    label, finished = f"{n} worker{'s' * (n > 1)}", 0
+
+    def heard(answered: int, error: str | None) -> None:
+        nonlocal finished
+        finished += error is None
+        if progress:
+            progress(answered, len(configs), label)
+
+    pool.run(pool.Items(configs, partial(run_one, cache_dir=str(cache_dir))), workers=n, here=False,
+             progress=heard, cancel=cancel)
+    return finished
 
 
 def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None,

@@ -26,8 +26,8 @@ import optuna
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.sweeps.journal import storage
-from dpviz.sweeps.trials import (TS, _eps, config_of, local_workers, params_of, point_key, recover,  # noqa: F401
-                     run_local, start_workers, threads_per_worker, work)
+from dpviz.sweeps.trials import (TS, _eps, config_of, params_of, point_key, recover, run_local,  # noqa: F401
+                                 start_workers, work)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -1,4 +1,4 @@
-"""Running a study's trials: the work loop, the trials a killed worker left behind, the local pool.
+"""Running a study's trials: the study as the worker pool's queue, the trials a killed worker left behind.
 
 A worker takes a waiting trial with `Study.ask` and then writes its ``owner`` (`store.process_token`)
 into it: two journal writes, so a worker killed between them leaves a RUNNING trial with no owner.
@@ -14,7 +14,6 @@ the kill is then answered from the store by its config hash, not retrained.
 from __future__ import annotations
 
 import math
-import os
 import socket
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Callable
 import optuna
 
 from dpviz.config import RunConfig
+from dpviz.jobs import pool
 from dpviz.store import Store, owner_alive, process_token
 
 TS = optuna.trial.TrialState
@@ -144,6 +144,36 @@ def _next_trial(study: optuna.Study, me: str) -> optuna.Trial | None | bool:
     return trial
 
 
+class Trials(pool.Source):
+    """A study as the pool's queue (`dpviz.jobs.pool`): the next trial is the next `Study.ask` in its
+    storage, so workers here, on other machines and after a relaunch share one queue. Its workers are
+    ``python -m dpviz worker`` programs, which train with `dpviz.runner.run` (a user's study)."""
+
+    def __init__(self, study: optuna.Study, *, run: Callable | None, cache_dir=None, kind: str = "trial",
+                 storage_url=None):
+        self.study, self.train, self.cache_dir, self.kind, self.storage_url = study, run, cache_dir, kind, storage_url
+
+    def command(self, threads: int) -> list[str]:
+        return [sys.executable, "-m", "dpviz", *(["--cache-dir", str(self.cache_dir)] if self.cache_dir else []),
+                "worker", "--study", self.study.study_name, "--threads", str(threads),
+                *(["--storage", self.storage_url] if self.storage_url else [])]
+
+    def open(self) -> None:
+        """Register this worker before any ask (see the module docstring), then recover orphans."""
+        self.store, self.me = Store(self.cache_dir), process_token()
+        if REGISTERED + self.me not in self.study.user_attrs:
+            self.study.set_user_attr(REGISTERED + self.me, time.time())
+        recover(self.study)
+
+    def take(self) -> optuna.Trial | None:
+        while (trial := _next_trial(self.study, self.me)) is False:
+            pass
+        return trial
+
+    def run(self, trial: optuna.Trial) -> dict:
+        return _run_trial(self.study, trial, self.store, self.train, self.kind)
+
+
 def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int | None = None,
          kind: str = "trial") -> list[dict]:
     """Run trials of ``study`` in this process until none is waiting (or the search's budget is
@@ -153,19 +183,7 @@ def work(study: optuna.Study, *, run: Callable, cache_dir=None, max_trials: int 
     summary: `dpviz.runner.run` for a user's study, `dpviz.training.execute.run` for a proxy search of `auto`
     (passed in, so studies sit below the runner and the policy that uses them). ``kind``: what the stored
     runs are (`dpviz.store.KINDS`), passed to ``run``: "trial", or "search" for a proxy search."""
-    store = Store(cache_dir)
-    me = process_token()
-    if REGISTERED + me not in study.user_attrs:  # before any ask: see the module docstring
-        study.set_user_attr(REGISTERED + me, time.time())
-    recover(study)
-    done = []
-    while max_trials is None or len(done) < max_trials:
-        trial = _next_trial(study, me)
-        if trial is None:
-            break
-        if trial is not False:
-            done.append(_run_trial(study, trial, store, run, kind))
-    return done
+    return pool.serve(Trials(study, run=run, cache_dir=cache_dir, kind=kind), limit=max_trials)
 
 
 def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Callable, kind: str) -> dict:
@@ -181,52 +199,18 @@ def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Call
     return s
 
 
-def threads_per_worker(workers: int) -> int:
-    """torch threads per worker so that threads × workers ≤ cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
-def local_workers(requested: int | None, waiting: int) -> tuple[int, str | None]:
-    """Worker processes for ``waiting`` trials: min(requested, waiting, cores), and a note when capped."""
-    cores = os.cpu_count() or 1
-    n = max(1, min(requested or cores, waiting, cores))
-    if requested is None or n >= requested or not waiting:  # nothing to run: nothing worth a note
-        return n, None
-    return n, (f"dpviz: note: {n} worker{'s' * (n > 1)} instead of {requested} "
-               f"({waiting} trial{'s' * (waiting != 1)} to run on {cores} cores)")
-
-
 def start_workers(study: optuna.Study, *, workers: int, cache_dir=None, storage_url=None,
                   threads: int | None = None) -> list:
-    """Worker processes for ``study`` (threads × workers ≤ cores); returns the Popen objects."""
-    import subprocess
-
-    threads = str(threads or threads_per_worker(workers))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    cmd = [sys.executable, "-m", "dpviz"] + (["--cache-dir", str(cache_dir)] if cache_dir else []) + [
-        "worker", "--study", study.study_name, "--threads", threads] + (["--storage", storage_url] if storage_url else [])
-    return [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+    """``workers`` worker programs on ``study`` that outlive this process (the dashboard's launch); the
+    Popen objects."""
+    return pool.start(Trials(study, run=None, cache_dir=cache_dir, storage_url=storage_url), workers, threads)
 
 
 def run_local(study: optuna.Study, *, run: Callable, workers: int, cache_dir=None, storage_url=None,
               poll_s: float = 2.0) -> int:
-    """Run ``study`` here with ``workers`` processes: this one plus workers − 1 started ones; then
-    recover what they left and wait for trials other live processes on this host hold.
-
-    The calling process works too, so a sweep pays one process start-up fewer (≈ 3 s of imports, a
-    large share of the default's 2–5 s runs). Returns how many workers failed.
-    """
-    import torch
-
-    procs = (start_workers(study, workers=workers - 1, cache_dir=cache_dir, storage_url=storage_url,
-                           threads=threads_per_worker(workers)) if workers > 1 else [])
-    torch.set_num_threads(threads_per_worker(workers))
-    failed_here = 0
-    try:
-        work(study, run=run, cache_dir=cache_dir)
-    except Exception:  # noqa: BLE001 - the trial is marked failed in the study; a relaunch resumes it
-        failed_here = 1
-    failed = failed_here + sum(1 for p in procs if p.wait())
+    """Run ``study`` here in the pool's ``workers`` processes (this one among them); then recover what they
+    left and wait for trials other live processes on this host hold. Returns how many workers failed."""
+    failed = pool.run(Trials(study, run=run, cache_dir=cache_dir, storage_url=storage_url), workers=workers)
     return failed or _settle(study, run, cache_dir, poll_s)
 
 
@@ -237,7 +221,7 @@ def _settle(study: optuna.Study, run: Callable, cache_dir, poll_s: float) -> int
         try:
             if work(study, run=run, cache_dir=cache_dir):
                 continue
-        except Exception:  # noqa: BLE001 - as in run_local
+        except Exception:  # noqa: BLE001 - the trial is marked failed in the study; a relaunch resumes it
             return 1
         held = held_elsewhere(study)
         if not held:
