@@ -107,3 +107,24 @@ def test_one_version_everywhere():
     assert dpviz.__version__ == version
     headings = re.findall(r"^#+\s+(?:v|version\s+)?(\d+\.\d+\.\d+)\b", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert version in headings, f"CHANGELOG.md has no heading for {version} (headings: {headings})"
+
+
+def test_a_missing_extra_is_one_line_naming_the_install_command(monkeypatch):
+    """A backbone whose module needs a package that is not installed says which and how to install it."""
+    from dpviz import catalog
+    from dpviz.errors import ConfigError, install_hint
+
+    try:
+        catalog._code("dpviz_test_absent_module.sub:build", "backbone", "mine")
+    except ConfigError as e:
+        assert e.field == "backbone"
+        assert "backbone mine needs the Python package dpviz-test-absent-module" in str(e)
+        assert "pip install dpviz-test-absent-module" in str(e)
+    else:
+        raise AssertionError("no ConfigError for a missing package")
+    # A package an extra declares is named with the extra, read from dpviz's installed metadata.
+    requires = ['timm>=1.0; extra == "real"', 'plotly>=6.0; extra == "dashboard"', "numpy>=1.26"]
+    monkeypatch.setattr("dpviz.errors.metadata.requires", lambda name: requires)
+    assert install_hint("timm") == 'pip install "dpviz[real]"'
+    assert install_hint("plotly.graph_objects") == 'pip install "dpviz[dashboard]"'
+    assert install_hint("PIL") == "pip install pillow"
