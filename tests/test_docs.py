@@ -91,6 +91,14 @@ def test_every_runconfig_field_is_in_the_config_reference(site):
     assert not config_missing(page)
 
 
+def test_every_dataset_backbone_strategy_and_task_is_in_the_catalogue(site):
+    from dpviz import catalog, strategies, tasks
+
+    text = html.unescape((site / "reference" / "catalog" / "index.html").read_text())
+    names = [*catalog.DATASETS, *catalog.BACKBONES, *strategies.REGISTRY, *tasks.TASKS]
+    assert [n for n in names if f"<td><code>{n}</code></td>" not in text] == []
+
+
 def test_the_reference_checks_can_fail(site):
     """A page without one flag, one subcommand or one field is caught."""
     cli = (site / "reference" / "cli" / "index.html").read_text()
