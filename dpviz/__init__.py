@@ -7,6 +7,8 @@
 
 import warnings
 
+__version__ = "0.2.0"
+
 from dpviz.training import threads
 
 threads.set_wait_policy()  # before anything imports torch: libgomp reads it once, at load
@@ -22,7 +24,7 @@ warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
 warnings.filterwarnings("ignore", message="GDP accounting is experimental")
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
-__all__ = ["RunConfig", "run", "Store", "JobManager", "ConfigError", "DpvizError"]
+__all__ = ["__version__", "RunConfig", "run", "Store", "JobManager", "ConfigError", "DpvizError"]
 
 
 def __getattr__(name):  # torch loads only when a job manager is asked for: `import dpviz` stays light

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from dpviz.errors import ConfigError
+from dpviz.errors import ConfigError, missing_package
 
 MODALITIES = ("image", "text")
 DATA_SOURCES = ("shipped", "generated", "data_dir", "package")
@@ -35,12 +35,19 @@ class Shape(NamedTuple):
     num_classes: int
 
 
-def _code(ref: str | Callable) -> Callable:
-    """The function a ``"module:function"`` path names (imported now), or ``ref`` itself."""
+def _code(ref: str | Callable, field: str = "", entry: str = "") -> Callable:
+    """The function a ``"module:function"`` path names (imported now), or ``ref`` itself. A package its module
+    needs that is not installed (an extra of dpviz's, or a plugin's own) is a `ConfigError` naming ``field``
+    and the pip command that installs it."""
     if callable(ref):
         return ref
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if not field or not e.name or e.name.split(".")[0] == "dpviz":
+            raise
+        raise missing_package(field, f"{field} {entry}", e.name) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +96,7 @@ class Dataset:
         return self.source == "data_dir"
 
     def load(self, cfg):
-        return _code(self.loader)(cfg)
+        return _code(self.loader, "dataset", self.name)(cfg)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,13 +134,13 @@ class Backbone:
         return self.source == "weights"
 
     def build(self, *, channels: int, size: int, weights: str | None = None):
-        return _code(self.builder)(channels=channels, size=size, weights=weights)
+        return _code(self.builder, "backbone", self.name)(channels=channels, size=size, weights=weights)
 
     def tokenizer_dir(self, cfg) -> str:
         """The folder of this text backbone's tokenizer for ``cfg`` (its weights folder for ``hf``)."""
         if self.tokenizer is None:
             raise ConfigError("backbone", f"a text backbone for text data ({self.name} is an image backbone)")
-        return _code(self.tokenizer)(cfg)
+        return _code(self.tokenizer, "backbone", self.name)(cfg)
 
 
 DATASETS: dict[str, Dataset] = {}

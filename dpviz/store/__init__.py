@@ -126,7 +126,10 @@ class Store(RunFiles):
         private data's privacy loss is the budget once, not twice.
 
         Args:
-            config_hash, config_json, total_steps, kind: as `create_run`.
+            config_hash: as `create_run`.
+            config_json: as `create_run`.
+            total_steps: as `create_run`.
+            kind: as `create_run`.
             reopen: (run id, step) of a stopped run of the configuration to go on with (`dpviz.training.resume`).
             force: a new run whatever is stored or live (the caller asked to spend the budget again).
 
