@@ -1,4 +1,4 @@
-"""The first twenty minutes of a new user, walked in real Chromium: issue 28's list, item by item.
+"""The first twenty minutes of a new user, walked in real Chromium: a new user's report, item by item.
 
 A fresh store and server (UMAP warming up as for any user). For each item of "What was seen, worst first"
 the walk does what a user did and records what the page said and how long each wait took:
