@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results import record  # noqa: E402
 
 
 def dpviz(cache: Path, *args: str) -> tuple[float, dict]:
@@ -35,8 +38,8 @@ def dpviz(cache: Path, *args: str) -> tuple[float, dict]:
     return time.perf_counter() - t0, json.loads(out.stdout)
 
 
-def row(name: str, secs: list[float], goal: str, extra: str = "") -> str:
-    return (f"| {name} | {statistics.median(secs):.2f} s ({min(secs):.2f}–{max(secs):.2f}){extra} | {goal} |")
+def row(name: str, secs: list[float], goal: str, extra: str = "") -> list[str]:
+    return [name, f"{statistics.median(secs):.2f} s ({min(secs):.2f}–{max(secs):.2f}){extra}", goal]
 
 
 def main() -> None:
@@ -60,11 +63,15 @@ def main() -> None:
         finally:
             shutil.rmtree(cache, ignore_errors=True)
     over = [t - w for t, w in zip(fft, loop)]
-    print("| path | measured (median, range) | goal |\n|---|---|---|")
-    print(row("first `run --json` on a fresh store", first, "≤ 6 s"))
-    print(row("`run --strategy fft --epsilon 8 --json`, backbone cached", fft, "≤ training loop + 3 s",
-              f"; training loop {statistics.median(loop):.2f} s, command − loop {statistics.median(over):.2f} s"))
-    print(row("the same command answered from the cache", cached, "≤ 1.5 s"))
+    columns = ["path", "measured (median, range)", "goal"]
+    rows = [row("first `run --json` on a fresh store", first, "≤ 6 s"),
+            row("`run --strategy fft --epsilon 8 --json`, backbone cached", fft, "≤ training loop + 3 s",
+                f"; training loop {statistics.median(loop):.2f} s, command − loop {statistics.median(over):.2f} s"),
+            row("the same command answered from the cache", cached, "≤ 1.5 s")]
+    print("| " + " | ".join(columns) + " |\n|---|---|---|")
+    print("\n".join("| " + " | ".join(r) + " |" for r in rows))
+    record("paths", title="Everyday command-line paths", columns=columns, rows=rows,
+           notes=f"Each path a fresh `python -m dpviz` process, {a.tries} tries on fresh stores.")
 
 
 if __name__ == "__main__":

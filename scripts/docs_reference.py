@@ -6,6 +6,7 @@ mkdocs.yml), so the reference cannot drift from what dpviz accepts:
 * ``reference/config.md``: every `RunConfig` field with its type, default and the values it may hold. The
   allowed values are what `RunConfig`'s own validation says when the field is given a value out of range,
   so the page quotes the checks themselves (`dpviz.fields`, `dpviz.strategies`);
+* ``results/measured.md``: the results files benchmarks write (`bench/results.py`);
 * ``reference/catalog.md``: the catalogue's datasets and backbones (`dpviz.catalog`), the strategies
   registry (`dpviz.strategies.REGISTRY`) and the tasks ``--preset`` names (`dpviz.tasks`).
 
@@ -13,7 +14,7 @@ mkdocs.yml), so the reference cannot drift from what dpviz accepts:
 mkdocs-jupyter with the outputs stored in them.)
 
 Only dpviz's own entries are documented: plugins named in the environment are not loaded. Run as a
-script, it prints one page: ``python scripts/docs_reference.py cli|config|catalog``.
+script, it prints one page: ``python scripts/docs_reference.py cli|config|catalog|measured``.
 """
 
 from __future__ import annotations
@@ -244,7 +245,26 @@ def catalog_page() -> str:
     ])
 
 
-PAGES = {"reference/cli.md": cli_page, "reference/config.md": config_page, "reference/catalog.md": catalog_page}
+# --- measured results ----------------------------------------------------------------------------------
+def measured_page() -> str:
+    """Every results file under ``bench/results/`` (`bench/results.py`) as a table with its command, date
+    and machine: the page is rewritten from the files at each build."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import results
+
+    out = ["# Measured\n",
+           "Each table below is generated from the results file the benchmark that measured it wrote "
+           "(`bench/results/<name>.json`, by `bench/results.py`); running the command again rewrites it.\n"]
+    for r in results.read_all():
+        out += [f"## {r['title']}\n", f"`{r['command']}` — {r['date']}, {r['machine']}.\n",
+                table(r["columns"], r["rows"])]
+        if r.get("notes"):
+            out.append(r["notes"] + "\n")
+    return "\n".join(out)
+
+
+PAGES = {"reference/cli.md": cli_page, "reference/config.md": config_page, "reference/catalog.md": catalog_page,
+         "results/measured.md": measured_page}
 
 
 # --- MkDocs hook ---------------------------------------------------------------------------------------
@@ -257,4 +277,4 @@ def on_files(files, config):
 
 
 if __name__ == "__main__":
-    print(PAGES[f"reference/{sys.argv[1]}.md"]())
+    print(next(page for uri, page in PAGES.items() if uri.endswith(f"/{sys.argv[1]}.md"))())

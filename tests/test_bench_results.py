@@ -1,0 +1,34 @@
+"""A benchmark's figures reach the documentation only through the results file it writes."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_reference  # noqa: E402
+import results  # noqa: E402
+
+
+def test_a_results_file_names_its_command_date_and_machine_and_the_page_is_made_from_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "bench_paths.py"), "--tries", "1"])
+    path = results.record("paths", title="Everyday paths", columns=["path", "measured"],
+                          rows=[["cached answer", "0.22 s"]], notes="a note", folder=tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["command"] == "python bench/bench_paths.py --tries 1"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", doc["date"]) and "CPU cores" in doc["machine"]
+    monkeypatch.setattr(results, "FOLDER", tmp_path)
+    page = docs_reference.measured_page()
+    assert "## Everyday paths" in page and "| cached answer | 0.22 s |" in page and doc["date"] in page
+    doc["rows"] = [["cached answer", "9.99 s"]]  # the file changes: so does the page, nothing else to edit
+    path.write_text(json.dumps(doc))
+    assert "| cached answer | 9.99 s |" in docs_reference.measured_page()
+
+
+def test_every_shipped_results_file_is_complete():
+    for r in results.read_all():
+        assert {"title", "columns", "rows", "command", "date", "machine"} <= set(r), r["name"]
+        assert all(len(row) == len(r["columns"]) for row in r["rows"]), r["name"]
