@@ -167,3 +167,36 @@ def test_the_path_check_can_fail():
     page = "See `dpviz/store/__init__.py`, `bench/bench_paths.py` and `dpviz/store/nothing.py`, not `runs/<id>/`."
     assert named_paths(page) == {"dpviz/store/__init__.py", "bench/bench_paths.py", "dpviz/store/nothing.py"}
     assert missing_paths({"page.md": page}) == ["page.md: `dpviz/store/nothing.py`"]
+
+
+RUNNABLE = re.compile(r"<!-- runnable -->\s*\n```(python|bash)\n(.*?)```", re.S)
+
+
+def runnable_blocks() -> list[tuple[str, str, str]]:
+    """(page, language, code) of every fenced block a page marks ``<!-- runnable -->``."""
+    return [(page, lang, src) for page, text in pages().items() for lang, src in RUNNABLE.findall(text)]
+
+
+def run_block(lang: str, src: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DPVIZ_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    if lang == "python":
+        return subprocess.run([sys.executable, "-c", src], env=env, cwd=cache.parent, capture_output=True, text=True)
+    script = re.sub(r"^dpviz ", f"{sys.executable} -m dpviz ", src, flags=re.M)
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, cwd=cache.parent, capture_output=True,
+                          text=True)
+
+
+def test_the_runnable_blocks_of_the_guides_run(tmp_path):
+    blocks = runnable_blocks()
+    assert {lang for _, lang, _ in blocks} == {"python", "bash"}
+    for i, (page, lang, src) in enumerate(blocks):
+        cache = tmp_path / f"block{i}" / "cache"
+        cache.parent.mkdir()
+        out = run_block(lang, src, cache)
+        assert out.returncode == 0, f"{page}: a {lang} block failed:\n{src}\n{out.stderr[-2000:]}"
+
+
+def test_a_broken_runnable_block_fails(tmp_path):
+    cache = tmp_path / "cache"
+    assert run_block("bash", "dpviz run --epsilon -1 --json\n", cache).returncode == 2
+    assert run_block("python", "import dpviz\ndpviz.RunConfig(epochs=0)\n", cache).returncode != 0
