@@ -112,8 +112,9 @@ def _privacy_widgets() -> None:
                      help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
     c2.number_input("δ", value=_default("f_delta", 1e-5), format="%.1e", step=1e-6, key="f_delta")
     c3.selectbox("accountant", ACCOUNTANTS, index=_index(ACCOUNTANTS, "f_accountant"), key="f_accountant",
-                 help="PRV (Opacus's upper bound) and RDP bound ε. GDP is a central-limit approximation, "
-                      "not a bound: a GDP run is calibrated by PRV's bound and shows GDP's ε beside it.")
+                 help="PRV (Opacus's upper bound), RDP and PLD (Google's dp_accounting, its pessimistic "
+                      "estimate) bound ε. GDP is a central-limit approximation, not a bound: a GDP run is "
+                      "calibrated by PRV's bound and shows GDP's ε beside it.")
 
 
 def _param_widget(box, p: strategies.Param) -> None:

@@ -54,7 +54,7 @@ class RunConfig:
         lp_fraction: share p of the steps (and so of the privacy loss) spent on LP
             in lp-fft.
         tune_blocks: for partial, how many of the last backbone blocks train.
-        accountant: prv (default), rdp or gdp.
+        accountant: prv (default), rdp, gdp or pld (Google's dp_accounting PLD accountant).
         clip_norm: per-sample gradient clipping norm C.
         batch_size: expected batch size B of Poisson sampling (q = B / n).
         lr_lp: learning rate of the head-only (LP) phase, or "auto" (`dpviz.autotune`).

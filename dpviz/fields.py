@@ -9,12 +9,13 @@ rules come from `dpviz.strategies`, the dataset's and backbone's from `dpviz.cat
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 
 from dpviz import catalog, strategies
-from dpviz.errors import ConfigError
+from dpviz.errors import ConfigError, missing_package
 
-ACCOUNTANTS = ("prv", "rdp", "gdp")
+ACCOUNTANTS = ("prv", "rdp", "gdp", "pld")  # `dpviz.privacy.accounting.BOUND_BY`
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
 AUTO = "auto"
@@ -128,6 +129,8 @@ def validate(cfg) -> None:
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS),
                           ("precision", PRECISIONS), ("keep_weights", KEEP_WEIGHTS)):
         _choice(cfg, name, allowed)
+    if cfg.accountant == "pld" and cfg.epsilon != math.inf and importlib.util.find_spec("dp_accounting") is None:
+        raise missing_package("accountant", "accountant pld", "dp_accounting")  # before any training, not at σ
     if cfg.precision != "fp32" and cfg.grad_sample_mode == "hooks":
         raise ConfigError("precision", "fp32 with grad_sample_mode hooks (mixed precision runs on book-keeping: "
                           "grad_sample_mode bk or auto)", cfg.precision)

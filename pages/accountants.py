@@ -10,7 +10,7 @@ from dpviz.config import ACCOUNTANTS
 from dpviz.privacy.accounting import sigma_by_batch_size
 
 layout.page_setup("Accountants", r"""
-The noise multiplier σ that each accountant (RDP, GDP, PRV) needs for the same (ε, δ) over the same epochs, as
+The noise multiplier σ that each accountant (RDP, GDP, PRV, PLD) needs for the same (ε, δ) over the same epochs, as
 the batch size B grows (q = B/n, T = epochs·n/B). The decelerator of DP-SGD's per-step improvement scales with
 σ²/B (see Curvature), so what matters for training is how σ²/B moves with B, and the formula can predict the
 best B for a run from its measured curvature. The σ curves use no data at all: they are accounting arithmetic.

@@ -220,16 +220,16 @@ def test_no_dp_has_one_spelling_and_a_run_without_dp_says_so(tmp_path, capsys, b
 
 
 def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
-    """Below RDP's floor the PRV and GDP rows still come, the RDP row says why; ε = 100 is one line or rows."""
+    """Below RDP's floor the PRV, GDP and PLD rows still come, the RDP row says why; ε = 100 is one line or rows."""
     assert cli.main(["accountants", "--epsilon", "0.1", "--delta", "1e-5", "--epochs", "1", "--dataset-size", "1000",
                      "--batch-sizes", "10", "--json"]) == 0
     rows = {r["accountant"]: r for r in __import__("json").loads(capsys.readouterr().out)}
-    assert rows["prv"]["noise_multiplier"] > 1 and rows["gdp"]["noise_multiplier"] > 1
+    assert rows["prv"]["noise_multiplier"] > 1 and rows["gdp"]["noise_multiplier"] > 1 and rows["pld"]["noise_multiplier"] > 1
     assert rows["rdp"]["noise_multiplier"] is None and "floor" in rows["rdp"]["error"]
     code = cli.main(["accountants", "--epsilon", "100", "--delta", "1e-5", "--epochs", "1", "--dataset-size", "1000",
                      "--batch-sizes", "10"])
     out, err = capsys.readouterr()
-    assert code == 0 and len(out.strip().splitlines()) == 3 and err == ""
+    assert code == 0 and len(out.strip().splitlines()) == 4 and err == ""  # rdp, gdp, prv, pld
 
 
 def test_the_accounting_child_is_bounded_and_refuses_nothing_the_parent_would_run():

@@ -38,7 +38,7 @@ def add_accountants(sub) -> None:
     ac.add_argument("--epochs", type=int, required=True)
     ac.add_argument("--dataset-size", type=int, required=True)
     ac.add_argument("--batch-sizes", type=int, nargs="+", required=True)
-    ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv"])
+    ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv", "pld"])
     ac.add_argument("--json", action="store_true")
     ac.set_defaults(handler=cmd_accountants)
 

@@ -53,6 +53,8 @@ def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:
     try:
         return accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
                                           accountant=accounting.BOUND_BY[cfg.accountant])
+    except ConfigError:  # already names its field (the accountant's package is missing)
+        raise
     except ValueError as e:
         raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
 
