@@ -2,7 +2,9 @@
 # dpviz developer entry point. Every target first makes sure .venv is set up
 # (idempotent: pip runs only when requirements.txt, requirements-reference.txt or pyproject.toml changed).
 #   bash run.sh app     start the dashboard on the embedded default
-#   bash run.sh test    run the whole test suite (slow and browser tests included)
+#   bash run.sh test    run the whole test suite (slow and browser tests included), on 2 pytest-xdist
+#                       workers (tests/conftest.py groups the tests); -n N, --dist …, -p no:xdist or --pdb
+#                       on the command line choose instead
 #   bash run.sh docs    serve the documentation site on http://127.0.0.1:8000 (mkdocs serve)
 #   bash run.sh setup   only set up .venv
 set -euo pipefail
@@ -27,9 +29,20 @@ setup() {
   fi
 }
 
+# pytest's arguments for `test`: 2 workers (at most one per core), unless the command line chooses.
+xdist_args() {
+  local a
+  for a in "$@"; do
+    case "$a" in -n|-n*|--numprocesses*|--dist*|-pno:xdist|no:xdist|--pdb|--trace) return ;; esac
+  done
+  local cores; cores=$(nproc 2>/dev/null || echo 1)
+  [ "$cores" -gt 1 ] && echo "-n 2 --dist loadgroup"
+  return 0
+}
+
 case "${1:-test}" in
   setup) setup ;;
-  test) setup; shift || true; exec .venv/bin/python -m pytest "$@" ;;
+  test) setup; shift || true; exec .venv/bin/python -m pytest $(xdist_args "$@") "$@" ;;
   app) setup; exec .venv/bin/python -m streamlit run app.py ;;
   docs) setup; shift || true; exec .venv/bin/python -m mkdocs serve "$@" ;;
   *) echo "usage: bash run.sh [app|test|docs|setup]" >&2; exit 2 ;;

@@ -15,6 +15,11 @@ os.environ.setdefault("DPVIZ_AUTO_SEARCH", "off")
 # A CLI run starts a detached `analyze all` once it returns; in the suite those processes would compete
 # with later tests for the 2 cores, so only tests/test_cli.py's run test turns them on (and waits for them).
 os.environ.setdefault("DPVIZ_BACKGROUND_ANALYSES", "off")
+# Under pytest-xdist each worker (and every process it starts) trains with one OpenMP thread: two workers of
+# two threads each on 2 cores would have torch's threads spin-wait on busy cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 import dpviz  # noqa: E402
 from dpviz.config import RunConfig  # noqa: E402
@@ -24,10 +29,21 @@ FAST = dict(epochs=2, batch_size=256, eval_every=5)
 
 
 @pytest.fixture(scope="session")
-def backbone_cache(tmp_path_factory) -> Path:
-    """One folder of pretrained public backbones for the whole session."""
-    d = tmp_path_factory.mktemp("backbones")
+def backbone_cache(tmp_path_factory, worker_id) -> Path:
+    """One folder of pretrained public backbones for the whole run: under pytest-xdist the workers share it
+    (their base folders sit side by side), and `dpviz.models.pretrain`'s file lock keeps a backbone from
+    being pretrained twice at once."""
+    if worker_id == "master":
+        return tmp_path_factory.mktemp("backbones")
+    d = tmp_path_factory.getbasetemp().parent / "backbones"
+    d.mkdir(exist_ok=True)
     return d
+
+
+@pytest.fixture(scope="session")
+def worker_id(request) -> str:
+    """pytest-xdist's worker name ("gw0", …), "master" without it (pytest-xdist's own fixture when installed)."""
+    return getattr(request.config, "workerinput", {}).get("workerid", "master")
 
 
 @pytest.fixture
@@ -95,3 +111,39 @@ def pytest_collection_modifyitems(config, items):
         for marker, signs in TIER_SIGNS.items():
             if any(s.lower() in text for s in signs) or (marker == "browser" and imports_browser):
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+# --- pytest-xdist -----------------------------------------------------------------------------------
+# `bash run.sh test` runs the suite on 2 workers (`-n 2 --dist loadgroup`). A test's group, read from its
+# module's source by the controller (which collects nothing): every test of a module that drives the dashboard
+# in Chromium (it imports browser_util) in one group, run one after another on one worker (two Chromiums and two
+# dashboard servers at once on 2 cores would race their waits); the tests of a module with a module-scoped
+# fixture in one group, so the fixture is built once; any other test on its own. An explicit xdist_group mark
+# still wins where pytest-xdist reads it.
+def xdist_group(nodeid: str) -> str | None:
+    path = nodeid.split("::")[0]
+    if path not in _SOURCES:
+        f = ROOT / path
+        _SOURCES[path] = f.read_text() if f.suffix == ".py" and f.is_file() else ""
+    text = _SOURCES[path]
+    if "browser_util" in text:
+        return "browser"
+    if 'scope="module"' in text:
+        return path
+    return None
+
+
+_SOURCES: dict[str, str] = {}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Groups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)  # an xdist_group mark's group, where pytest-xdist could add it
+            return scope if scope != nodeid else xdist_group(nodeid) or nodeid
+
+    return Groups(config, log)
