@@ -1,7 +1,6 @@
 """Errors a user can cause and fix: each names the field and what is allowed."""
 
 import re
-from importlib import metadata
 
 
 class DpvizError(Exception):
@@ -55,6 +54,8 @@ def _normal(name: str) -> str:
 def install_hint(module: str) -> str:
     """The pip command that installs the package providing ``module``: the dpviz extra that declares it
     (read from dpviz's installed metadata), else the package itself."""
+    from importlib import metadata  # here, not at the top: 17 ms (email, zipfile) every command would pay
+
     top = module.split(".")[0]
     dist = _DISTRIBUTIONS.get(top, top.replace("_", "-"))
     try:

@@ -246,21 +246,46 @@ def catalog_page() -> str:
 
 
 # --- measured results ----------------------------------------------------------------------------------
-def measured_page() -> str:
-    """Every results file under ``bench/results/`` (`bench/results.py`) as a table with its command, date
-    and machine: the page is rewritten from the files at each build."""
+RESULTS_MARK = re.compile(r"^<!-- results: ([\w.-]+) -->$", re.M)
+
+
+def _results() -> dict[str, dict]:
     sys.path.insert(0, str(ROOT / "bench"))
     import results
 
+    return {r["name"]: r for r in results.read_all()}
+
+
+def results_block(r: dict, *, heading: bool = True) -> str:
+    """One results file as Markdown: its title (``heading``), the command, date and machine, the table, the
+    notes."""
+    out = [f"## {r['title']}\n"] if heading else []
+    out += [f"`{r['command']}` — {r['date']}, {r['machine']}.\n", table(r["columns"], r["rows"])]
+    if r.get("notes"):
+        out.append(r["notes"] + "\n")
+    return "\n".join(out)
+
+
+def measured_page() -> str:
+    """Every results file under ``bench/results/`` (`bench/results.py`) as a table with its command, date
+    and machine: the page is rewritten from the files at each build."""
     out = ["# Measured\n",
            "Each table below is generated from the results file the benchmark that measured it wrote "
            "(`bench/results/<name>.json`, by `bench/results.py`); running the command again rewrites it.\n"]
-    for r in results.read_all():
-        out += [f"## {r['title']}\n", f"`{r['command']}` — {r['date']}, {r['machine']}.\n",
-                table(r["columns"], r["rows"])]
-        if r.get("notes"):
-            out.append(r["notes"] + "\n")
-    return "\n".join(out)
+    return "\n".join(out + [results_block(r) for r in _results().values()])
+
+
+def with_results(markdown: str) -> str:
+    """A hand-written page with each ``<!-- results: NAME -->`` line replaced by that results file's table,
+    so the figures a page discusses are the ones its script last wrote. An unknown name is an error."""
+    found = _results()
+
+    def one(m: re.Match) -> str:
+        if m.group(1) not in found:
+            raise KeyError(f"no results file bench/results/{m.group(1)}.json (known: {', '.join(found)})")
+        return results_block(found[m.group(1)], heading=False)
+
+    return RESULTS_MARK.sub(one, markdown)
 
 
 PAGES = {"reference/cli.md": cli_page, "reference/config.md": config_page, "reference/catalog.md": catalog_page,
@@ -274,6 +299,10 @@ def on_files(files, config):
     for uri, page in PAGES.items():
         files.append(File.generated(config, uri, content=page()))
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return with_results(markdown)
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ def xdist_group(nodeid: str) -> str | None:
 _SOURCES: dict[str, str] = {}
 
 
+@pytest.hookimpl(optionalhook=True)  # only a hook where pytest-xdist is loaded (not under -p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None

@@ -5,6 +5,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -32,3 +34,21 @@ def test_every_shipped_results_file_is_complete():
     for r in results.read_all():
         assert {"title", "columns", "rows", "command", "date", "machine"} <= set(r), r["name"]
         assert all(len(row) == len(r["columns"]) for row in r["rows"]), r["name"]
+
+
+def test_a_page_s_results_mark_becomes_the_file_s_table_and_an_unknown_mark_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "FOLDER", tmp_path)
+    results.record("paths", title="Everyday paths", columns=["path", "measured"], rows=[["cached", "0.2 s"]],
+                   folder=tmp_path)
+    page = "# Benchmarks\n\nBefore.\n\n<!-- results: paths -->\n\nAfter.\n"
+    out = docs_reference.with_results(page)
+    assert "| cached | 0.2 s |" in out and "<!-- results" not in out and "After." in out
+    with pytest.raises(KeyError, match="no results file bench/results/gone.json"):
+        docs_reference.with_results("<!-- results: gone -->\n")
+
+
+def test_every_results_mark_in_the_docs_names_a_shipped_file():
+    shipped = {r["name"] for r in results.read_all()}
+    for page in (ROOT / "docs").rglob("*.md"):
+        for name in docs_reference.RESULTS_MARK.findall(page.read_text()):
+            assert name in shipped, f"{page.relative_to(ROOT)} marks {name}, which bench/results/ lacks"
