@@ -218,7 +218,11 @@ def static_shape(cfg) -> tuple[Shape, int] | None:
     if d is None or b is None or d.shape is None or b.blocks is None:
         return None
     size = getattr(cfg, "train_size", 0)
-    return (d.shape._replace(n=min(size, d.shape.n)) if size else d.shape), b.blocks
+    n = min(size, d.shape.n) if size else d.shape.n
+    held = getattr(cfg, "holdout", 0)
+    if held > n // 2:
+        return None  # refused by loading, which names the field (`dpviz.data.hold_out`)
+    return d.shape._replace(n=n - held), b.blocks
 
 
 # --- the built-in entries, in the order menus list them ----------------------------------------------

@@ -84,6 +84,11 @@ class RunConfig:
         train_size: 0 (the default): the whole training split; k: a fixed class-stratified subset of k
             training examples (the same for every seed; n = k for the accountant), and the test split
             cut to a fixed subset of k/4 examples within [200, 1000] — for real datasets too large for a CPU.
+        holdout: 0 (the default): train on the whole training split (or subset); k: a fixed
+            class-stratified subset of k training examples is held out, not trained on (n − k for the
+            accountant), and the run's summary counts its correct predictions on them
+            (``holdout_correct``): the private validation data a private search scores its trials on
+            (`dpviz.sweeps.private`).
         max_length: text datasets only: tokens per example (longer texts are truncated, shorter padded;
             padded positions are masked and contribute nothing to a gradient).
         precision: arithmetic of the forward and backward: fp32 (the default), tf32 (CUDA; fp32 on a CPU),
@@ -128,6 +133,7 @@ class RunConfig:
     lora_rank: int = 4
     max_length: int = 64
     train_size: int = 0
+    holdout: int = 0
     precision: str = "fp32"
     keep_weights: str = "checkpoints"
     device: str = "auto"
@@ -162,7 +168,7 @@ class RunConfig:
             owned = strategies.get(self.strategy).fields()
             for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
                 d.pop(k)
-            for k, default in (("train_size", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
+            for k, default in (("train_size", 0), ("holdout", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
                                  ("switch_batch", 256)):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)

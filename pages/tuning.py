@@ -7,10 +7,11 @@ import streamlit as st
 from dashboard import layout, runs, state, studies
 from dpviz import figures, strategies
 from dpviz import autotune
-from dpviz import sweeps
+from dpviz import runner, sweeps
 from dpviz import catalog
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
+from dpviz.sweeps import private
 
 layout.page_setup("Tuning", r"""
 A search over learning rates (per phase), clipping norm C, batch size B and epochs, run as an Optuna study
@@ -23,23 +24,83 @@ at least the composition of the trials' budgets, unless a private-selection mech
 alternative, offered below and selected by default, is to tune on a **public proxy task** — `glyphs`, digit
 glyphs that dpviz generates from stroke templates, resembling the embedded digits — under the same ε (so
 the hyperparameters suit the same noise), then launch the best configuration once on the private data.
+
+**Or tune privately within one total budget.** *Private search* draws the number of trials at random
+(Poisson or truncated negative binomial), calibrates every trial's noise so that the whole search — every
+trial, its noisy score on held-out private training examples, and releasing the best — is (ε, δ)-DP by
+Papernot & Steinke's theorem (ICLR 2022), and keeps only the best trial's run.
 """)
 
 # every learning rate some registered strategy declares, then the fields all strategies share
 DEFAULT_RANGES = {**{f: autotune.RANGES.get(f, (1e-4, 1.0)) for n in strategies.names() for f in strategies.get(n).lr_fields},
                   "clip_norm": (0.1, 10.0), "batch_size": (64, 1024), "epochs": (5, 40)}
 PRIVATE = "private data (costs privacy not in any run's ε)"
+PRIVATE_SEARCH = "private search (one total ε)"
+
+
+def render_private_launch(search: private.PrivateSearch) -> None:
+    """The private search's plan (σ, each trial's ε, the total) and its launch button; one search at a time."""
+    task = state.task("private-search")
+    if state.running(task):
+        st.progress(task["done"] / max(task["total"], 1), text=task["label"] or "planning the search")
+        return
+    if st.button(f"Launch private search (total ε = {search.total_epsilon:g}, {search.distribution} trials, "
+                 f"mean {search.mean_trials:g})", type="primary", key="tu_launch_private"):
+        def work(progress, cancel):
+            return private.run_search(search, run=runner.run, store=state.store(), cancel=cancel,
+                                      progress=lambda i, k: progress(i, k, f"trial {i + 1} of {k}"))
+        state.start_task("private-search", work)
+        st.rerun()
+    if task["error"]:
+        layout.input_error(ConfigError("search", task["error"]))
+
+
+@st.fragment(run_every=3.0)
+def render_private_searches() -> None:
+    """Every stored private search: what it released and what it cost in total."""
+    found = state.store().searches()
+    if not found:
+        return
+    st.markdown("**Private searches** — each one entry with one total ε; only the best trial's run is kept.")
+    st.dataframe([private.row(e) for e in found], hide_index=True, key="tu_private_table")
+    last = found[0]
+    if last.get("status") == "finished":
+        st.caption(f"Newest: {last['theorem']}. Covered by the total ε: {last['covered']}. The number of trials "
+                   "drawn is yours to see, not to publish with the model: with it known, the best of K costs about "
+                   "K trials composed.")
+        if last.get("released_run_id"):
+            st.page_link("pages/runs.py", label=f"The released run {last['released_run_id']} is on the Runs page →",
+                         icon=":material/rocket_launch:")
+
+
+def render_search_cost(cost: dict | None) -> None:
+    """What an ordinary search on the private data cost, composed, and what a random count would."""
+    if not cost:
+        return
+    rnd = cost["random_count_epsilon"]
+    st.info(f"**What this search cost**: its {cost['trials']} trials composed spend **ε = "
+            f"{cost['composed_epsilon']:.3g}** at δ = {cost['delta']:g} (PLD), where each trial says "
+            f"ε ≤ {max(cost['per_trial_epsilon']):.3g}. The same trials with a random number of trials of mean "
+            f"{cost['trials']} would cost ε = {rnd['poisson']:.3g} (Poisson) or {rnd['negative-binomial']:.3g} "
+            "(negative binomial) by Papernot & Steinke, had their scores been private: the **private search** "
+            "option above does that.", icon=":material/calculate:")
 
 st.subheader("1 · Search")
 c = st.columns([2, 2, 4, 1, 1])
 names = list(strategies.names())
 strategy = c[0].selectbox("strategy", names, index=names.index("fft"), key="tu_strategy")
 eps = c[1].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="tu_eps")
-where = c[2].radio("tune on", [f"public proxy: {p}" for p in catalog.public_datasets()] + [PRIVATE], key="tu_where", horizontal=True)
-trials = int(c[3].number_input("trials", 2, 500, 12, key="tu_trials"))
-workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="tu_workers"))
-proxy = None if where == PRIVATE else where.split(": ")[1]
-if proxy is None:
+where = c[2].radio("tune on", [f"public proxy: {p}" for p in catalog.public_datasets()] + [PRIVATE, PRIVATE_SEARCH],
+                   key="tu_where", horizontal=True)
+in_budget = where == PRIVATE_SEARCH
+if in_budget:
+    dist = c[3].selectbox("trials drawn", list(private.CHOICES), key="tu_dist")
+    mean = float(c[4].number_input("mean trials", 1.0, 100.0, 5.0, key="tu_mean"))
+else:
+    trials = int(c[3].number_input("trials", 2, 500, 12, key="tu_trials"))
+    workers = int(c[4].number_input("workers", 1, 16, state.MAX_WORKERS, key="tu_workers"))
+proxy = None if where in (PRIVATE, PRIVATE_SEARCH) else where.split(": ")[1]
+if where == PRIVATE:
     st.warning("Trials will train on the private dataset: the privacy they spend is **not** counted in any "
                "run's ε. Prefer a public proxy unless you account for the search separately.",
                icon=":material/warning:")
@@ -47,7 +108,10 @@ if proxy is None:
 space = {}
 for name, (lo, hi) in DEFAULT_RANGES.items():
     r = st.columns([2, 2, 2, 6])
-    on = r[0].checkbox(f"search {name}", value=name in strategies.get(strategy).lr_fields, key=f"tu_on_{name}")
+    fixed = in_budget and name not in private.SEARCHABLE  # q and T set each trial's privacy: not searched privately
+    on = r[0].checkbox(f"search {name}", value=name in strategies.get(strategy).lr_fields, key=f"tu_on_{name}",
+                       disabled=fixed, help="a private search keeps batch size and epochs fixed" if fixed else None) \
+        and not fixed
     is_int = isinstance(lo, int)
     fmt = "%d" if is_int else "%.4g"
     low = r[1].number_input(f"{name} low", value=lo, format=fmt, key=f"tu_lo_{name}", disabled=not on,
@@ -62,15 +126,24 @@ try:
         raise ConfigError("ranges", "tick at least one field to search")
     base = RunConfig(strategy=strategy, epsilon=eps)
     sweeps.check_space(space)
+    if in_budget:
+        search = private.PrivateSearch(base=base, space={k: tuple(v) for k, v in space.items()}, total_epsilon=eps,
+                                       distribution=dist, mean_trials=mean)
+        private.check(search)
+        sweeps.check_ranges(base, search.space)
 except DpvizError as e:
     layout.input_error(e)
     base = None
-if base and st.button(f"Launch search ({trials} trials, {workers} workers)", type="primary", key="tu_launch"):
+if base and in_budget:
+    render_private_launch(search)
+elif base and st.button(f"Launch search ({trials} trials, {workers} workers)", type="primary", key="tu_launch"):
     try:
         studies.launch(sweeps.create_search(base, space, trials=trials, proxy=proxy, cache_dir=state.store().root),
                        workers, "tu_study", "Search")
     except DpvizError as e:
         layout.input_error(e)
+
+render_private_searches()
 
 st.subheader("2 · Trials")
 study = studies.pick("tune", "tu_study", "search",
@@ -88,6 +161,7 @@ def render_trials():
     if n_private:
         st.warning(f"{n_private} trials of this search trained on the private data: the search as a whole "
                    "spent privacy that the per-run ε values below do not include.", icon=":material/warning:")
+        render_search_cost(sweeps.search_cost(study))
     for kind in figures.tuning.KINDS:  # one full-width figure each: three in a row crowd their labels
         st.plotly_chart(figures.tuning.tuning_figure(study, kind), key=f"tu_fig_{kind}")
     if rows.empty:

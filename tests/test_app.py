@@ -154,7 +154,8 @@ def test_tuning_page_shows_trials_and_launches_the_best_on_private_data(app_env)
 def test_tuning_page_warns_on_private_data_and_rejects_bad_ranges(app_env):
     at = open_page("pages/tuning.py")
     assert not at.warning
-    at.radio(key="tu_where").set_value(at.radio(key="tu_where").options[-1]).run()
+    private_data = next(o for o in at.radio(key="tu_where").options if o.startswith("private data"))
+    at.radio(key="tu_where").set_value(private_data).run()
     assert at.warning and "not" in at.warning[0].value and "ε" in at.warning[0].value
     at.number_input(key="tu_lo_lr_ft").set_value(0.5).run()  # low > high (0.3)
     assert at.error and "lr_ft" in at.error[0].value
@@ -506,3 +507,30 @@ def test_the_form_offers_the_real_tasks_and_a_task_button_fills_it(app_env):
     assert at.error and "backbone" in at.error[0].value and "minilm" in at.error[0].value
     at.button(key="task_default").click().run()
     assert at.selectbox(key="f_dataset").value == "digits" and at.number_input(key="f_train_size").value == 0
+
+
+def test_tuning_page_runs_a_private_search_within_one_total_and_lists_it(app_env):
+    from dpviz.store import Store
+
+    at = open_page("pages/tuning.py")
+    search_option = next(o for o in at.radio(key="tu_where").options if o.startswith("private search"))
+    at.radio(key="tu_where").set_value(search_option).run()
+    at.selectbox(key="tu_strategy").set_value("lp").run()
+    at.checkbox(key="tu_on_lr_ft").uncheck().run()
+    at.checkbox(key="tu_on_lr_lp").check().run()
+    at.number_input(key="tu_mean").set_value(1.0).run()
+    assert not at.warning and not at.error, [e.value for e in at.error]
+    assert [c for c in at.checkbox if c.key == "tu_on_batch_size"][0].disabled  # q and T stay fixed
+    at.button(key="tu_launch_private").click().run()
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        found = Store(app_env).searches()
+        if found and found[0]["status"] == "finished":
+            break
+        time.sleep(0.5)
+    entry = found[0]
+    assert entry["status"] == "finished" and entry["epsilon_spent"] <= entry["total_epsilon"] == 1.0
+    at.run()
+    table = next(d.value for d in at.dataframe if "released run" in d.value.columns)
+    assert list(table["search"]) == [entry["search_key"]] and list(table["released run"]) == [entry["released_run_id"]]
+    assert any("Papernot & Steinke" in c.value for c in at.caption)

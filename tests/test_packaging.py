@@ -124,7 +124,7 @@ def test_a_missing_extra_is_one_line_naming_the_install_command(monkeypatch):
         raise AssertionError("no ConfigError for a missing package")
     # A package an extra declares is named with the extra, read from dpviz's installed metadata.
     requires = ['timm>=1.0; extra == "real"', 'plotly>=6.0; extra == "dashboard"', "numpy>=1.26"]
-    monkeypatch.setattr("dpviz.errors.metadata.requires", lambda name: requires)
+    monkeypatch.setattr("importlib.metadata.requires", lambda name: requires)
     assert install_hint("timm") == 'pip install "dpviz[real]"'
     assert install_hint("plotly.graph_objects") == 'pip install "dpviz[dashboard]"'
     assert install_hint("PIL") == "pip install pillow"

@@ -77,8 +77,11 @@ def test_tuning_finds_better_learning_rate_than_a_bad_start(cli_env, cache_dir):
     r = cli(cli_env, "tune", "--strategy", "fft", "--epsilon", "1", "--epochs", "2", "2", "--lr-ft", "0.001", "3",
             "--trials", "6", "--json")
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    rows, cost = out["trials"], out["privacy"]
     assert len(rows) == 6 and all(0.001 <= row["lr_ft"] <= 3 for row in rows)
+    # six trials at ε ≤ 1 each, composed: well over any one trial's ε, and never more than 6
+    assert cost["trials"] == 6 and max(cost["per_trial_epsilon"]) < cost["composed_epsilon"] <= 6.0
     assert max(row["test_accuracy"] for row in rows) > bad_acc + 0.05
     assert all(row["epsilon_spent"] <= 1.0 for row in rows)
 

@@ -223,6 +223,10 @@ def text(s: dict) -> str:
         eps = "NO DP (ε = inf: trained without privacy)"
     elif s.get("epsilon_spent") is not None:
         eps = f"ε spent {s['epsilon_spent']:.4g}"
+        if s.get("private_search"):  # released by a private search: the search's total is what it cost
+            ps = s["private_search"]
+            eps = (f"ε spent {ps['epsilon_spent']:.4g} by private search {ps['search_key']} "
+                   f"(this trial {s['epsilon_spent']:.4g})")
         if s.get("epsilon_gdp_approx") is not None:  # GDP named: the bound is PRV's, GDP's figure beside it
             eps += f" (PRV bound; GDP approximation {s['epsilon_gdp_approx']:.4g})"
     else:  # stopped before the end: the budget bounds it; the last recorded step says how far it got

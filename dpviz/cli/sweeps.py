@@ -8,6 +8,7 @@ only when every point of its grid finished. `PARSERS` maps each subcommand to it
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -52,13 +53,44 @@ def add_tune(sub) -> None:
     for name in RANGES:
         tu.add_argument("--" + name.replace("_", "-"), dest="range_" + name, nargs=2, type=float, default=None,
                         metavar=("LOW", "HIGH"), help="search range (log scale); omitted: the default value")
-    tu.add_argument("--trials", type=int, default=20)
+    tu.add_argument("--trials", type=_trials, default=20, metavar="N|poisson|negative-binomial|fixed",
+                    help="a number of TPE trials (default 20); with --private, how the number of trials is drawn "
+                         "(fixed: --mean-trials of them, every one composed)")
+    pv = tu.add_argument_group("private search (one total budget; Papernot & Steinke's theorem)")
+    pv.add_argument("--private", action="store_true", help="tune on the private data within --total-epsilon: a "
+                    "random number of random-search trials, scored on held-out training examples, only the best "
+                    "released")
+    pv.add_argument("--total-epsilon", type=float, default=None, help="ε of the whole search")
+    pv.add_argument("--total-delta", type=float, default=None, help="δ of the whole search (default 1e-5)")
+    pv.add_argument("--mean-trials", type=float, default=None, help="E[K], the mean number of trials (default 5)")
+    pv.add_argument("--nb-shape", type=float, default=None, help="negative-binomial: its shape η (default 1, "
+                    "the geometric)")
+    pv.add_argument("--audit", type=int, default=None, metavar="CANARIES", help="audit the search instead of "
+                    "running it for a release: the whole search again, unstored, with this many white-box canaries "
+                    "among the private examples, and ε's empirical lower bound from the released trial")
+    pv.add_argument("--score-noise", type=float, default=None, help="std of a trial's noisy held-out accuracy "
+                    "(default 0.05); the held-out count is --holdout (default: a fifth of the data, ≤ 500)")
     tu.add_argument("--proxy", default=None, help="tune on this public dataset (glyphs, synthetic) instead of the "
                     "private one; without it every trial spends privacy that no run's ε includes")
     tu.add_argument("--workers", type=int, default=1)
     tu.add_argument("--storage", default=None)
     tu.add_argument("--json", action="store_true")
     tu.set_defaults(handler=cmd_tune)
+
+
+def _trials(text: str):
+    """``--trials``: a count (an ordinary search) or a distribution's name (a private one)."""
+    choices = ("poisson", "negative-binomial", "fixed")  # `dpviz.sweeps.private.CHOICES`, without importing it
+    if text in choices:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of trials, or {', '.join(choices)} with --private; "
+                                         f"got {text!r}") from None
+
+
+PRIVATE_ONLY = ("total_epsilon", "total_delta", "mean_trials", "nb_shape", "score_noise", "audit")
 
 
 def add_worker(sub) -> None:
@@ -149,6 +181,14 @@ def cmd_tune(args) -> int:
     from dpviz import runner
     from dpviz import sweeps
 
+    if args.private:
+        return cmd_private_tune(args)
+    given = [f for f in PRIVATE_ONLY if getattr(args, f) is not None]
+    if given or isinstance(args.trials, str):
+        flag = "--" + (given[0] if given else "trials").replace("_", "-")
+        raise ConfigError(given[0] if given else "trials", f"{flag} {'takes' if given else 'as a distribution takes'} "
+                          "--private (a private search within one total budget); an ordinary search takes "
+                          "--trials N")
     base = config_from_args(args)
     at_least(args, "trials", 1)
     at_least(args, "workers", 1)
@@ -167,10 +207,76 @@ def cmd_tune(args) -> int:
     workers = _workers(args.workers, max(left, 0))
     if sweeps.run_local(study, run=runner.run, workers=workers, cache_dir=args.cache_dir, storage_url=args.storage):
         raise DpvizError("tune: a worker failed; relaunch to resume")
-    rows = sweeps.table(study)
-    print(dump(rows) if args.json else "\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
+    rows, cost = sweeps.table(study), sweeps.search_cost(study)
+    if args.json:
+        print(dump({"trials": rows, "privacy": cost}))
+        return 0
+    print("\n".join(f"{r['run_id']}  acc {r['test_accuracy']:.4f}  " + "  ".join(
         f"{k}={v:.4g}" for k, v in r.items() if k in space) for r in rows))
+    if cost:
+        print(_cost_line(cost))
     return 0
+
+
+def _cost_line(cost: dict) -> str:
+    rnd = cost["random_count_epsilon"]
+    return (f"what this search cost: ε {cost['composed_epsilon']:.4g} at δ = {cost['delta']:g} for its {cost['trials']} "
+            f"trials composed (pld), against each trial's ε {max(cost['per_trial_epsilon']):.4g}; a random number of "
+            f"trials of the same mean would cost {rnd['poisson']:.4g} (poisson) or {rnd['negative-binomial']:.4g} "
+            "(negative-binomial), with a private score: tune --private")
+
+
+def cmd_private_tune(args) -> int:
+    """``tune --private``: `dpviz.sweeps.private` within --total-epsilon; prints the search's entry."""
+    from dpviz import runner
+    from dpviz.store import Store
+    from dpviz.sweeps import private
+
+    for flag in ("proxy", "storage"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(flag, f"no --{flag} with --private (a private search runs here, on the private data)")
+    if args.epsilon is not None or args.delta is not None:
+        raise ConfigError("epsilon" if args.epsilon is not None else "delta", "--total-epsilon and --total-delta "
+                          "with --private: each trial's ε follows from the search's total")
+    if args.total_epsilon is None:
+        raise ConfigError("total_epsilon", "a finite number in (0, 100]: --total-epsilon E is required with --private")
+    if not isinstance(args.trials, str):
+        raise ConfigError("trials", "poisson, negative-binomial or fixed (with --mean-trials K) with --private: how "
+                          "the number of trials is drawn", args.trials)
+    base = config_from_args(args)
+    space = {k: tuple(getattr(args, "range_" + k)) for k in RANGES if getattr(args, "range_" + k) is not None}
+    fixed = {k: space.pop(k)[0] for k in ("batch_size", "epochs") if k in space and space[k][0] == space[k][1]}
+    if fixed:  # `--epochs 3 3`: a fixed value, as a private search needs (it sets every trial's privacy)
+        base = base.replace(**{k: int(v) for k, v in fixed.items()})
+    search = private.PrivateSearch(
+        base=base.replace(holdout=0), space=space, total_epsilon=args.total_epsilon,
+        total_delta=1e-5 if args.total_delta is None else args.total_delta, distribution=args.trials,
+        mean_trials=5.0 if args.mean_trials is None else args.mean_trials,
+        nb_shape=1.0 if args.nb_shape is None else args.nb_shape, holdout=base.holdout,
+        score_noise=private.SCORE_NOISE if args.score_noise is None else args.score_noise)
+    private.check(search)
+    if space:
+        from dpviz import sweeps
+
+        sweeps.check_ranges(base, space)
+    if args.audit is not None:
+        from dpviz.audit.run import AuditSpec
+        from dpviz.audit.search import audit_search
+
+        report = audit_search(search, AuditSpec(canaries=args.audit), store=Store(args.cache_dir),
+                              progress=None if args.json else _say_trial)
+        print(dump(report) if args.json else f"audit of private search {report['search_key']}: ε_lb "
+              f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f} (one run, {report['canaries']} canaries, "
+              f"{report['confidence']:.0%} confidence) against the search's total ε {report['epsilon_spent']:.3f}")
+        return 0
+    entry = private.run_search(search, run=runner.run, store=Store(args.cache_dir),
+                               progress=None if args.json else _say_trial)
+    print(dump(entry) if args.json else private.describe(entry))
+    return 0
+
+
+def _say_trial(i: int, k: int) -> None:
+    print(f"dpviz: private search: trial {i + 1} of {k}", file=sys.stderr)
 
 
 def cmd_worker(args) -> int:

@@ -10,6 +10,7 @@ the test texts for the embedding maps' hover.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +42,8 @@ class Bundle:
     classes: tuple[str, ...] | None = None  # label names, where the data has them
     texts_test: list[str] | None = field(default=None, repr=False)  # text: the test split's texts
     pad_id: int = 0  # text: the tokenizer's pad id (right padding)
+    x_holdout: torch.Tensor | None = field(default=None, repr=False)  # `RunConfig.holdout`: held-out training examples
+    y_holdout: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
@@ -126,7 +129,25 @@ def subset(bundle: Bundle, train_size: int) -> Bundle:
                   pad_id=bundle.pad_id)
 
 
+HOLDOUT_SEED = 777  # which examples are held out: fixed, as `stratified_subset`'s, so every trial holds out the same
+
+
+def hold_out(bundle: Bundle, k: int) -> Bundle:
+    """``bundle`` with a fixed class-stratified subset of k training examples moved to ``x_holdout``/``y_holdout``
+    (the rest trains). ConfigError (field holdout) unless k leaves at least half the training split."""
+    if not 0 < k <= bundle.n // 2:
+        raise ConfigError("holdout", f"an integer in [0, {bundle.n // 2}] (at most half of the {bundle.n:,} "
+                                     "training examples)", k)
+    out = stratified_subset(bundle.y_train, k, seed=HOLDOUT_SEED)
+    keep = torch.ones(bundle.n, dtype=torch.bool)
+    keep[out] = False
+    return dataclasses.replace(bundle, x_train=bundle.x_train[keep], y_train=bundle.y_train[keep],
+                               x_holdout=bundle.x_train[out], y_holdout=bundle.y_train[out])
+
+
 def load(cfg) -> Bundle:
-    """Load the dataset named by ``cfg.dataset`` (an entry of `dpviz.catalog`), cut to ``cfg.train_size``."""
+    """Load the dataset named by ``cfg.dataset`` (an entry of `dpviz.catalog`), cut to ``cfg.train_size``, with
+    ``cfg.holdout`` training examples held out."""
     bundle = catalog.dataset(cfg.dataset).load(cfg)
-    return subset(bundle, cfg.train_size) if getattr(cfg, "train_size", 0) else bundle
+    bundle = subset(bundle, cfg.train_size) if getattr(cfg, "train_size", 0) else bundle
+    return hold_out(bundle, cfg.holdout) if getattr(cfg, "holdout", 0) else bundle

@@ -334,6 +334,22 @@ class Store(RunFiles):
                             row["schema_version"] or 0)
         return json_or_none(row["result_json"])  # garbled: treated as missing, so it is computed again
 
+    # --- private searches (`dpviz.sweeps.private`): one entry each, its released run beside it --------
+    def put_search(self, search_key: str, run_id: str | None, result: dict) -> None:
+        self._tx("INSERT OR REPLACE INTO searches(search_key, run_id, result_json, created) VALUES (?,?,?,?)",
+                 (search_key, run_id, json.dumps(result), time.time()))
+
+    def get_search(self, search_key: str) -> dict | None:
+        with self._conn() as c:
+            row = c.execute("SELECT result_json FROM searches WHERE search_key=?", (search_key,)).fetchone()
+        return json_or_none(row["result_json"]) if row else None
+
+    def searches(self) -> list[dict]:
+        """Stored private searches, newest first."""
+        with self._conn() as c:
+            rows = c.execute("SELECT result_json FROM searches ORDER BY created DESC").fetchall()
+        return [d for r in rows if (d := json_or_none(r["result_json"])) is not None]
+
     # --- privacy audits (their training runs are not stored: only results) --------
     def put_audit(self, audit_key: str, config_hash: str, result: dict) -> None:
         self._tx("INSERT OR REPLACE INTO audits(audit_key, config_hash, result_json, created) VALUES (?,?,?,?)",

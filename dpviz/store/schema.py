@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS analyses (
 CREATE TABLE IF NOT EXISTS audits (
   audit_key TEXT PRIMARY KEY, config_hash TEXT NOT NULL, result_json TEXT NOT NULL, created REAL);
 CREATE INDEX IF NOT EXISTS audits_config ON audits(config_hash);
+CREATE TABLE IF NOT EXISTS searches (
+  search_key TEXT PRIMARY KEY, run_id TEXT, result_json TEXT NOT NULL, created REAL);
 CREATE TABLE IF NOT EXISTS tensor_refs (
   sha TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (sha, run_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tensor_refs_run ON tensor_refs(run_id);

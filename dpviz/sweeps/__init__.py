@@ -232,6 +232,33 @@ def private_trials(study: optuna.Study) -> int:
                                                         optuna.trial.TrialState.RUNNING)))
 
 
+def search_cost(study: optuna.Study) -> dict | None:
+    """What an ordinary search on the private data actually cost (None for one on a public proxy, or
+    before a trial finished): its finished trials composed, as if every one were released (the TPE sampler
+    chose each from the others' results, and the table shows them all), by the PLD accountant; beside it
+    what a search of a random number of trials of the same mean would cost (Papernot & Steinke, Poisson
+    and geometric), had its trials been scored privately (`dpviz.sweeps.private`)."""
+    from dpviz.privacy import selection
+    from dpviz.privacy.accounting import Phase
+
+    if study.user_attrs.get("kind") != "tune" or study.user_attrs.get("proxy") or not selection.available():
+        return None
+    done = [t.user_attrs["summary"] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("summary", {}).get("private") and t.user_attrs["summary"].get("phases")]
+    if not done:
+        return None
+    delta = done[0]["delta"]
+    trials = [[Phase(**p) for p in s["phases"]] for s in done]
+    # the costliest trial stands for every trial of the random-count search (one ε(λ) must bound them all)
+    worst = max(trials, key=lambda ph: selection.fixed_count_epsilon(trials=[ph], delta=delta))
+    k = len(trials)
+    random = {d: (selection.search_epsilon(phases=worst, score_sigma=None, delta=delta, mean_trials=k, distribution=d)
+                  if k >= 1 else None) for d in selection.DISTRIBUTIONS}
+    return {"trials": k, "delta": delta, "per_trial_epsilon": [s["epsilon_spent"] for s in done],
+            "composed_epsilon": selection.fixed_count_epsilon(trials=trials, delta=delta),
+            "random_count_epsilon": random, "accountant": "pld (composed); rdp (random count)"}
+
+
 def studies(url: str | None = None, cache_dir=None, kind: str | None = None, *,
             auto: bool = True) -> list[optuna.Study]:
     """dpviz studies in a storage (newest first), optionally of one kind; without the proxy searches that

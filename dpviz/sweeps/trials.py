@@ -194,7 +194,8 @@ def _run_trial(study: optuna.Study, trial: optuna.Trial, store: Store, run: Call
         study.tell(trial, state=TS.FAIL, skip_if_finished=True)
         raise
     trial.set_user_attr("summary", {k: s.get(k) for k in ("run_id", "test_accuracy", "test_loss", "epsilon_spent",
-                                                          "cached", "trainable_fraction")})
+                                                          "cached", "trainable_fraction", "private", "delta",
+                                                          "phases")})  # the last three: what the trial cost
     study.tell(trial, s["test_accuracy"], skip_if_finished=True)  # failed as an orphan meanwhile: the store keeps it
     return s
 

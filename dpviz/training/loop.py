@@ -296,10 +296,20 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         loop.checkpoint()
     if store is not None and prep.cfg.keep_weights != "none":
         store.save_model(run_id, loop.strategy.state_dict(loop.model), prep.cfg.to_dict())  # it takes them to the CPU
-    extra = loop.strategy.summary(loop)
+    extra = {**loop.strategy.summary(loop), **holdout_count(loop)}
     if loop.cfg.precision == "fp16":  # examples whose overflowed entries were set to 0 (`privacy.precision`)
         extra = {**extra, "fp16_overflows": loop.overflows}
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)
+
+
+def holdout_count(loop: Loop) -> dict:
+    """Correct predictions of the final model on the held-out training examples (`RunConfig.holdout`), the
+    exact count a private search noises before it compares trials; {} when nothing is held out."""
+    b = loop.prep.bundle
+    if b.y_holdout is None or (loop.world is not None and loop.world.rank):
+        return {}
+    acc, _ = prepare.evaluate(loop.model, b.x_holdout, b.y_holdout, loop.dev)
+    return {"holdout_correct": round(acc * len(b.y_holdout)), "holdout_size": len(b.y_holdout)}
 
 
 def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict | None = None) -> dict:

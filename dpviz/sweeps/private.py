@@ -1,0 +1,307 @@
+"""A private search: hyperparameters tuned on the private data inside one total (ε, δ) budget.
+
+The search draws the number of trials K from a Poisson or truncated negative binomial distribution,
+runs K independent trials at one noise multiplier σ, scores each by a noisy count of its correct
+predictions on held-out private training examples, and releases only the best trial's configuration
+and model. σ is calibrated so that all of it — every trial, every score, the selection — is
+(total ε, total δ)-DP by Papernot & Steinke's theorem (`dpviz.privacy.selection`, whose docstring states
+the theorem and its conditions). How this module keeps those conditions:
+
+* **independent trials**: each trial's learning rates and clip norm are drawn log-uniformly from the
+  ranges, by a generator seeded by the search alone (never by an earlier trial's result), and each trial
+  trains with its own seed;
+* **one privacy curve for every trial**: batch size and epochs are not searched (they set q and T), so every
+  trial has the same schedule and σ; each finished trial's σ is checked against the calibrated one;
+* **the score is private**: the validation data are ``holdout`` training examples the trials do not train
+  on (a fixed class-stratified subset: `RunConfig.holdout`); a trial's score is its count of correct
+  predictions there plus Gaussian noise of std ``score_noise`` · holdout (sensitivity 1), composed into
+  each trial's privacy. The test split is never used to select;
+* **only the best is released**: every other trial's run is deleted from the store as soon as a better
+  one is scored; the store keeps one search entry (`Store.put_search`) and the released run, whose
+  summary names the search. K is shown to the user running the search but belongs to no release: with K
+  known, the best of K costs about K trials composed.
+
+A search is identified by its canonical key (everything above plus the base config): asked again, the
+stored entry answers and nothing trains. An interrupted search starts over with the same draws and seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.privacy import accounting, selection
+
+SEARCHABLE = ("lr_lp", "lr_ft", "clip_norm")
+"""What a private search varies: fields that change neither q, T nor σ (batch size and epochs do)."""
+SCORE_NOISE = 0.05
+"""Default std of a trial's noisy held-out accuracy (5 points): σ of the count = 0.05 · holdout."""
+THEOREM = {"poisson": "Papernot & Steinke (ICLR 2022), Theorem 6 (Poisson number of trials)",
+           "negative-binomial": "Papernot & Steinke (ICLR 2022), Theorem 2 (truncated negative binomial number "
+                                "of trials)",
+           selection.FIXED: "composition of every trial and its score (a fixed number of trials, PLD accountant)"}
+CHOICES = (*selection.DISTRIBUTIONS, selection.FIXED)
+"""``--trials`` of a private search: a random number by either theorem, or a fixed number composed."""
+
+
+def default_holdout(n: int) -> int:
+    """Held-out examples when none are asked for: a fifth of the training split, at most 500."""
+    return max(1, min(500, n // 5))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateSearch:
+    """What a private search is asked (keyword-only; validated by `check`).
+
+    Attributes:
+        base: the config every trial starts from (its ε and δ are replaced by the trial's).
+        space: {field: (low, high)} of `SEARCHABLE` fields, drawn log-uniformly.
+        total_epsilon: ε of the whole search.
+        total_delta: δ of the whole search, at most 1/n.
+        distribution: poisson or negative-binomial (`selection.DISTRIBUTIONS`).
+        mean_trials: E[K], at least 1.
+        nb_shape: the negative binomial's shape η (1: geometric).
+        holdout: held-out training examples the trials are scored on; 0: `default_holdout`.
+        score_noise: std of the noisy held-out accuracy.
+    """
+
+    base: RunConfig
+    space: dict = field(default_factory=dict)
+    total_epsilon: float
+    total_delta: float = 1e-5
+    distribution: str = "negative-binomial"
+    mean_trials: float = 5.0
+    nb_shape: float = selection.NB_SHAPE
+    holdout: int = 0
+    score_noise: float = SCORE_NOISE
+
+    def key(self) -> str:
+        blob = json.dumps({**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "base"},
+                           "base": self.base.to_json(hashed_only=True),
+                           "space": {k: list(v) for k, v in sorted(self.space.items())}}, sort_keys=True)
+        return "ps-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def check(s: PrivateSearch) -> None:
+    """One `ConfigError` naming the first field the search cannot take."""
+    if not (math.isfinite(s.total_epsilon) and 0 < s.total_epsilon <= 100):
+        raise ConfigError("total_epsilon", "a finite number in (0, 100]", s.total_epsilon)
+    if not 0 < s.total_delta < 1:
+        raise ConfigError("total_delta", "a number in (0, 1/n]", s.total_delta)
+    if s.distribution not in CHOICES:
+        raise ConfigError("trials", ", ".join(CHOICES) + " (how the number of trials is drawn)", s.distribution)
+    if not (math.isfinite(s.mean_trials) and 1 <= s.mean_trials <= 1000):
+        raise ConfigError("mean_trials", "a number in [1, 1000]", s.mean_trials)
+    if s.distribution == selection.FIXED and s.mean_trials != round(s.mean_trials):
+        raise ConfigError("mean_trials", "a whole number of trials with --trials fixed", s.mean_trials)
+    if not (math.isfinite(s.nb_shape) and 0 < s.nb_shape <= 100):
+        raise ConfigError("nb_shape", "a number in (0, 100]", s.nb_shape)
+    if not (math.isfinite(s.score_noise) and 0.001 <= s.score_noise <= 1):
+        raise ConfigError("score_noise", "a number in [0.001, 1] (std of the noisy held-out accuracy)", s.score_noise)
+    if not s.base.private:
+        raise ConfigError("epsilon", "a private base config (the search sets each trial's ε)", "inf")
+    if not selection.available():
+        from dpviz.errors import missing_package
+
+        raise missing_package("trials", "a private search's accounting", "dp_accounting")
+    for k in s.space:
+        if k not in SEARCHABLE:
+            raise ConfigError(k, f"no range in a private search: it varies {', '.join(SEARCHABLE)} only (batch size "
+                              "and epochs change each trial's privacy; set them as fixed values)")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The search's privacy, decided once before any trial: σ, the schedule, what each part costs."""
+
+    noise_multiplier: float
+    phases: list
+    holdout: int
+    score_sigma: float
+    trial_epsilon: float  # one trial's training by the base config's accountant, at total δ: each trial's ε
+    trial_epsilon_with_score: float  # … and its score, by PLD
+    search_epsilon: float  # the whole search by the theorem (≤ total ε)
+
+
+def plan(s: PrivateSearch) -> Plan:
+    """Calibrate the search: the trials' schedule (on the training split less the holdout), the score's
+    noise, and the smallest σ whose search ε ≤ ``s.total_epsilon`` (`selection.calibrate_search`)."""
+    from dpviz.training import calibration
+
+    shape, blocks = calibration.task_shape(s.base.fixed_rates())
+    holdout = s.holdout or default_holdout(shape.n)
+    cfg = s.base.fixed_rates().replace(holdout=holdout, delta=s.total_delta)
+    shape, blocks = calibration.task_shape(cfg)
+    calibration.check_delta(cfg, shape.n)
+    plans, q = calibration.schedule(cfg, shape.n, blocks)
+    phases = [accounting.Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q,
+                               clip_norm=cfg.clip_norm) for p in plans if not p.public]
+    score_sigma = s.score_noise * holdout
+    kw = dict(score_sigma=score_sigma, mean_trials=s.mean_trials, distribution=s.distribution, nb_shape=s.nb_shape)
+    try:
+        sigma = selection.calibrate_search(total_epsilon=s.total_epsilon, delta=s.total_delta, phases=phases, **kw)
+    except ValueError as e:
+        raise ConfigError("total_epsilon", str(e).split(": ", 1)[-1]) from None
+    phases = selection.with_sigma(phases, sigma)
+    bound = accounting.BOUND_BY[cfg.accountant]
+    return Plan(noise_multiplier=sigma, phases=phases, holdout=holdout, score_sigma=score_sigma,
+                trial_epsilon=accounting.epsilon(phases=phases, delta=s.total_delta, accountant=bound),
+                trial_epsilon_with_score=selection.trial_epsilon(phases=phases, score_sigma=score_sigma,
+                                                                 delta=s.total_delta),
+                search_epsilon=_spent(phases, s.total_delta, **kw))
+
+
+def _spent(phases, delta, *, score_sigma, mean_trials, distribution, nb_shape) -> float:
+    if distribution == selection.FIXED:
+        return selection.fixed_search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta,
+                                              trials=round(mean_trials))
+    return selection.search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta, mean_trials=mean_trials,
+                                    distribution=distribution, nb_shape=nb_shape)
+
+
+def seed_of(key: str, i: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{key}/{i}".encode()).digest()[:7], "big")
+
+
+def trial_configs(s: PrivateSearch, p: Plan, k: int) -> list[RunConfig]:
+    """The K trials: the base config at each trial's ε (σ no smaller than the plan's: the target is the
+    plan's ε less 0.1 %), the holdout, its own seed, and rates drawn log-uniformly by the search's own
+    generator (independent of every result)."""
+    rng = np.random.default_rng(seed_of(s.key(), -1))
+    eps = p.trial_epsilon * (1 - 1e-3)
+    out = []
+    for i in range(k):
+        drawn = {f: float(math.exp(rng.uniform(math.log(lo), math.log(hi)))) for f, (lo, hi) in sorted(s.space.items())}
+        out.append(s.base.replace(epsilon=eps, delta=s.total_delta, holdout=p.holdout, seed=seed_of(s.key(), i) % 2**31,
+                                  **drawn))
+    return out
+
+
+def noisy_score(summary: dict, rng, score_sigma: float) -> float:
+    """The trial's held-out accuracy with Gaussian noise of std ``score_sigma`` on its count of correct
+    predictions (the only way a trial's result reaches the selection)."""
+    return (summary["holdout_correct"] + rng.normal(0.0, score_sigma)) / summary["holdout_size"]
+
+
+def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> dict:
+    """Run the search (or return its stored entry) and release the best trial.
+
+    Args:
+        s: the search.
+        run: `dpviz.runner.run` (passed in: the run path sits above sweeps).
+        store: the `Store` trials train in and the entry is written to.
+        progress: called as ``progress(i, k)`` before trial i of k.
+        cancel: a `threading.Event`; set, the search stops between trials and releases nothing.
+
+    Returns:
+        the search's entry: total and per-trial ε, trials drawn, the theorem, the released run.
+    """
+    check(s)
+    key = s.key()
+    done = store.get_search(key)
+    if done is not None and done.get("status") == "finished":
+        return {**done, "cached": True}
+    p = plan(s)
+    k = selection.draw_trials(np.random.default_rng(seed_of(key, -2)), mean_trials=s.mean_trials,
+                              distribution=s.distribution, nb_shape=s.nb_shape)
+    entry = _entry(s, p, k)
+    store.put_search(key, None, {**entry, "status": "running"})
+    best, noise = None, np.random.default_rng(seed_of(key, -3))
+    for i, cfg in enumerate(trial_configs(s, p, k)):
+        if cancel is not None and cancel.is_set():
+            _forget(store, best)
+            store.put_search(key, None, {**entry, "status": "cancelled"})
+            raise ConfigError("search", "cancelled between trials; nothing released")
+        if progress is not None:
+            progress(i, k)
+        summary = run(cfg, store=store, kind="search")
+        check_sigma(summary, p)
+        score = noisy_score(summary, noise, p.score_sigma)
+        if best is None or score > best[0]:
+            _forget(store, best)
+            best = (score, summary)
+        else:
+            _forget(store, (score, summary))
+    if best is None:  # Poisson drew K = 0: nothing is released, and nothing was spent on data
+        store.put_search(key, None, {**entry, "status": "finished", "released_run_id": None})
+        return {**entry, "status": "finished", "released_run_id": None, "cached": False}
+    score, summary = best
+    entry.update(status="finished", released_run_id=summary["run_id"], noisy_holdout_accuracy=round(score, 4),
+                 released={f: summary["config"][f] for f in SEARCHABLE}, test_accuracy=summary["test_accuracy"])
+    store.claim(summary["run_id"], "user")
+    store.update_run(summary["run_id"], summary={**summary, "private_search": _brief(entry)})
+    store.put_search(key, summary["run_id"], entry)
+    return {**entry, "cached": False}
+
+
+def check_sigma(summary: dict, p: Plan) -> None:
+    sigmas = [ph["noise_multiplier"] for ph in summary["phases"]]
+    if min(sigmas) < p.noise_multiplier * (1 - 1e-9):  # the trial's own calibration must not undercut the plan
+        raise RuntimeError(f"privacy accounting error: a trial trained at σ = {min(sigmas)} < the search's "
+                           f"{p.noise_multiplier}")
+
+
+def _forget(store, scored) -> None:
+    """Delete a trial that will not be released (only the search's own hidden runs)."""
+    if scored is None:
+        return
+    row = store.known(scored[1]["run_id"])
+    if row["kind"] == "search":
+        store.delete_run(scored[1]["run_id"])
+
+
+def _entry(s: PrivateSearch, p: Plan, k: int) -> dict:
+    return {"search_key": s.key(), "dataset": s.base.dataset, "backbone": s.base.backbone,
+            "strategy": s.base.strategy, "base": s.base.to_dict(),
+            "space": {f: list(v) for f, v in s.space.items()}, "total_epsilon": s.total_epsilon,
+            "total_delta": s.total_delta, "epsilon_spent": p.search_epsilon,
+            "per_trial_epsilon": p.trial_epsilon, "per_trial_accountant": accounting.BOUND_BY[s.base.accountant],
+            "per_trial_epsilon_with_score": p.trial_epsilon_with_score, "noise_multiplier": p.noise_multiplier,
+            "distribution": s.distribution, "mean_trials": s.mean_trials,
+            "nb_shape": s.nb_shape if s.distribution == "negative-binomial" else None, "trials_drawn": k,
+            "holdout": p.holdout, "score_noise": s.score_noise, "score_sigma": p.score_sigma,
+            "theorem": THEOREM[s.distribution] + ("" if s.distribution == selection.FIXED else
+                                                  ", composed by dp_accounting's RepeatAndSelectDpEvent and RDP "
+                                                  "accountant"),
+            "covered": "the released configuration and model, and its noisy held-out score; not the number of "
+                       "trials drawn, nor the test accuracy (an analysis of private data)"}
+
+
+def _brief(entry: dict) -> dict:
+    return {k: entry[k] for k in ("search_key", "total_epsilon", "total_delta", "epsilon_spent", "per_trial_epsilon",
+                                  "distribution", "mean_trials", "trials_drawn", "theorem")}
+
+
+def describe(entry: dict) -> str:
+    """The search's entry in a few lines: what was released and what it cost."""
+    lines = [f"private search {entry['search_key']}: total ε {entry['epsilon_spent']:.4g} of {entry['total_epsilon']:g} "
+             f"at δ = {entry['total_delta']:g} ({entry['theorem']})",
+             f"  trials drawn: {entry['trials_drawn']} ({entry['distribution']}, mean {entry['mean_trials']:g}); each at "
+             f"σ = {entry['noise_multiplier']:.4g}, ε {entry['per_trial_epsilon']:.4g} by {entry['per_trial_accountant']} "
+             f"({entry['per_trial_epsilon_with_score']:.4g} with its noisy score, by pld)",
+             f"  scored on {entry['holdout']} held-out training examples, accuracy noise std {entry['score_noise']:g}"]
+    if entry.get("released_run_id"):
+        rates = "  ".join(f"{k}={v:.4g}" for k, v in entry["released"].items() if k in entry["space"])
+        lines.append(f"  released: run {entry['released_run_id']}  {rates}  noisy held-out accuracy "
+                     f"{entry['noisy_holdout_accuracy']:.4f}  test accuracy {entry['test_accuracy']:.4f}")
+    else:
+        lines.append("  released: nothing (no trial was drawn)")
+    lines.append("  covered by the total ε: " + entry["covered"])
+    return "\n".join(lines)
+
+
+def row(entry: dict) -> dict:
+    """One search as a table row (the Tuning page's, `python -m dpviz` scripts')."""
+    return {"search": entry["search_key"], "status": entry.get("status"), "dataset": entry["dataset"],
+            "strategy": entry["strategy"], "total ε": entry["total_epsilon"], "ε spent": round(entry["epsilon_spent"], 4),
+            "δ": entry["total_delta"], "ε per trial": round(entry["per_trial_epsilon"], 4),
+            "trials": f"{entry['distribution']}, mean {entry['mean_trials']:g}, drawn {entry['trials_drawn']}",
+            "released run": entry.get("released_run_id"), "noisy held-out acc.": entry.get("noisy_holdout_accuracy"),
+            "test acc.": entry.get("test_accuracy")}

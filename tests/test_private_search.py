@@ -1,0 +1,191 @@
+"""A private search: Papernot & Steinke's bound through dp_accounting, calibrated σ, the held-out split,
+and `tune --private` end to end (one stored entry, only the best trial kept, asked twice trains once)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dpviz import data
+from dpviz.config import RunConfig
+from dpviz.privacy import accounting, selection
+from dpviz.privacy.accounting import Phase
+from dpviz.store import Store
+from dpviz.sweeps import private
+
+DELTA = 1e-5
+
+
+def schedule(sigma: float = 0.0, steps: int = 40, q: float = 0.2) -> list[Phase]:
+    return [Phase(name="fft", steps=steps, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0)]
+
+
+# --- the theorem, computed independently --------------------------------------------------------------
+def _rdp_to_dp(orders, rdp, delta):
+    """The classical conversion ε = min_λ rdp(λ) + log(1/δ)/(λ − 1) (Mironov 2017), looser than
+    dp_accounting's, so the library's ε must not exceed it."""
+    return min(r + math.log(1 / delta) / (a - 1) for a, r in zip(orders, rdp) if a > 1)
+
+
+def test_geometric_search_of_a_gaussian_matches_theorem_2_by_hand():
+    sigma, mean = 5.0, 8.0  # Q: one Gaussian mechanism, RDP λ/(2σ²) exactly
+    orders = [a for a in selection.ORDERS if a > 1]
+    rdp = [a / (2 * sigma**2) for a in orders]
+    eta = 1.0
+    gamma = selection.tnb_gamma(mean, eta)
+    const = (1 + eta) * min((1 - 1 / b) * r + math.log(1 / gamma) / b for b, r in zip(orders, rdp))
+    by_hand = _rdp_to_dp(orders, [r + const + math.log(mean) / (a - 1) for a, r in zip(orders, rdp)], DELTA)
+    from dp_accounting import dp_event
+
+    ours = selection._rdp_epsilon(dp_event.RepeatAndSelectDpEvent(dp_event.GaussianDpEvent(sigma), mean, eta), DELTA)
+    assert ours <= by_hand + 1e-9 and ours > 0.8 * by_hand
+    single = selection._rdp_epsilon(dp_event.GaussianDpEvent(sigma), DELTA)
+    assert ours > single  # selecting among trials is never free
+
+
+def test_the_truncated_negative_binomial_has_the_asked_mean():
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    for mean, shape in ((5, 1), (10, 0.5), (3, 2)):
+        assert selection.tnb_gamma(mean, shape) == pytest.approx(rdp._gamma_truncated_negative_binomial(shape, mean),
+                                                                 rel=1e-6)
+    rng = np.random.default_rng(0)
+    for dist in selection.DISTRIBUTIONS:
+        draws = [selection.draw_trials(rng, mean_trials=4, distribution=dist) for _ in range(20000)]
+        assert np.mean(draws) == pytest.approx(4, rel=0.03)
+        assert min(draws) == (0 if dist == "poisson" else 1)
+
+
+@pytest.mark.parametrize("dist", selection.DISTRIBUTIONS)
+def test_calibrated_sigma_meets_the_total_and_is_the_smallest(dist):
+    kw = dict(delta=DELTA, score_sigma=10.0, mean_trials=5, distribution=dist)
+    sigma = selection.calibrate_search(total_epsilon=1.0, phases=schedule(), **kw)
+    assert selection.search_epsilon(phases=schedule(sigma), **kw) <= 1.0
+    assert selection.search_epsilon(phases=schedule(sigma * 0.99), **kw) > 1.0
+    # more trials on average need more noise for the same total
+    assert selection.calibrate_search(total_epsilon=1.0, phases=schedule(), **{**kw, "mean_trials": 8}) > sigma
+
+
+def test_a_total_below_the_score_s_cost_is_refused():
+    with pytest.raises(ValueError, match="total_epsilon"):
+        selection.calibrate_search(total_epsilon=0.05, delta=DELTA, phases=schedule(), score_sigma=0.5,
+                                   mean_trials=5, distribution="poisson")
+
+
+def test_a_fixed_count_search_costs_its_trials_composed():
+    one = schedule(2.0)
+    k = selection.fixed_count_epsilon(trials=[one] * 4, delta=DELTA)
+    assert k == pytest.approx(accounting.epsilon(phases=schedule(2.0, steps=160), delta=DELTA, accountant="pld"),
+                              rel=1e-6)
+    assert k > selection.fixed_count_epsilon(trials=[one], delta=DELTA)
+
+
+# --- the held-out split -------------------------------------------------------------------------------
+def test_the_holdout_is_fixed_stratified_and_never_trained_on():
+    full = data.load(RunConfig())
+    held = data.load(RunConfig(holdout=200))
+    assert held.n == full.n - 200 and len(held.y_holdout) == 200
+    rows = {tuple(r.flatten().tolist()) for r in held.x_train}
+    assert not any(tuple(r.flatten().tolist()) in rows for r in held.x_holdout)
+    share = np.bincount(held.y_holdout.numpy(), minlength=10) / 200
+    assert np.abs(share - np.bincount(full.y_train.numpy(), minlength=10) / full.n).max() < 0.01
+    again = data.load(RunConfig(holdout=200, seed=7))
+    assert (again.y_holdout == held.y_holdout).all() and (again.x_holdout == held.x_holdout).all()
+    assert RunConfig().hash() == RunConfig(holdout=0).hash() != RunConfig(holdout=200).hash()
+
+
+def test_a_holdout_over_half_the_data_is_refused():
+    from dpviz.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="holdout"):
+        data.load(RunConfig(holdout=1000))
+
+
+# --- end to end ---------------------------------------------------------------------------------------
+def cli(env, *args):
+    return subprocess.run([sys.executable, "-m", "dpviz", *args], env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+SEARCH = ["tune", "--private", "--total-epsilon", "4", "--trials", "negative-binomial", "--mean-trials", "2",
+          "--strategy", "lp", "--epochs", "2", "2", "--lr-lp", "0.05", "5", "--json"]
+
+
+def test_tune_private_releases_one_run_within_the_total_and_answers_again_from_the_store(cli_env, cache_dir):
+    r = cli(cli_env, *SEARCH)
+    assert r.returncode == 0, r.stderr
+    entry = json.loads(r.stdout)
+    assert entry["status"] == "finished" and not entry["cached"]
+    assert entry["epsilon_spent"] <= entry["total_epsilon"] == 4.0
+    assert entry["per_trial_epsilon"] < entry["epsilon_spent"]  # the search costs more than one trial
+    assert entry["trials_drawn"] >= 1 and "Theorem 2" in entry["theorem"]
+    store = Store(cache_dir)
+    runs = store.list_runs(kind=("user", "trial", "search"))
+    assert [r["run_id"] for r in runs] == [entry["released_run_id"]]  # the other trials are gone
+    released = store.get_run(entry["released_run_id"])
+    summary = released["summary"]
+    assert summary["private_search"]["total_epsilon"] == 4.0 and summary["config"]["holdout"] == entry["holdout"]
+    assert min(p["noise_multiplier"] for p in summary["phases"]) >= entry["noise_multiplier"]
+    assert 0.05 <= summary["config"]["lr_lp"] <= 5
+    assert [s["search_key"] for s in store.searches()] == [entry["search_key"]]
+    listed = cli(cli_env, "list").stdout  # the released run is listed with what the search spent
+    assert f"by private search {entry['search_key']}" in listed and f"{entry['epsilon_spent']:.4g}" in listed
+    again = cli(cli_env, *SEARCH)
+    assert again.returncode == 0 and json.loads(again.stdout)["cached"] is True
+    assert [r["run_id"] for r in store.list_runs(kind=("user", "trial", "search"))] == [entry["released_run_id"]]
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--private", "--trials", "poisson"], "total_epsilon"),
+    (["--private", "--total-epsilon", "1", "--trials", "5"], "trials"),
+    (["--private", "--total-epsilon", "1", "--trials", "poisson", "--batch-size", "64", "128"], "batch_size"),
+    (["--private", "--total-epsilon", "1", "--trials", "poisson", "--epsilon", "2"], "epsilon"),
+    (["--private", "--total-epsilon", "1", "--trials", "poisson", "--mean-trials", "0.5"], "mean_trials"),
+    (["--total-epsilon", "1"], "total_epsilon"),
+    (["--trials", "poisson"], "trials"),
+])
+def test_private_search_flags_are_refused_in_one_line(cli_env, cache_dir, extra, field):
+    r = cli(cli_env, "tune", "--lr-ft", "0.01", "0.1", *extra)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and field in r.stderr
+    assert Store(cache_dir).list_runs() == [] and Store(cache_dir).searches() == []
+
+
+def test_a_trial_below_the_planned_sigma_stops_the_search():
+    plan = private.Plan(noise_multiplier=2.0, phases=[], holdout=100, score_sigma=5.0, trial_epsilon=1.0,
+                        trial_epsilon_with_score=1.1, search_epsilon=2.0)
+    private.check_sigma({"phases": [{"noise_multiplier": 2.0}]}, plan)
+    with pytest.raises(RuntimeError, match="privacy accounting error"):
+        private.check_sigma({"phases": [{"noise_multiplier": 1.99}]}, plan)
+
+
+def test_an_audit_of_a_private_search_bounds_epsilon_below_its_total(cache_dir):
+    from dpviz.audit.run import AuditSpec
+    from dpviz.audit.search import audit_search
+
+    search = private.PrivateSearch(base=RunConfig(strategy="lp", epochs=2), space={"lr_lp": (0.05, 5.0)},
+                                   total_epsilon=8.0, distribution="negative-binomial", mean_trials=2)
+    store = Store(cache_dir)
+    report = audit_search(search, AuditSpec(canaries=200), store=store)
+    assert report["released"] and report["trials_drawn"] >= 1
+    assert report["epsilon_spent"] <= 8.0
+    assert 0 <= max(report["epsilon_lb"], report["epsilon_lb_fdp"]) <= report["epsilon_spent"]
+    assert store.list_runs(kind=("user", "trial", "search")) == []  # an audit stores only its report
+    assert audit_search(search, AuditSpec(canaries=200), store=store)["cached"] is True
+
+
+def test_the_command_line_offers_every_way_to_count_trials():
+    from dpviz.cli.sweeps import _trials
+
+    assert all(_trials(c) == c for c in private.CHOICES) and _trials("7") == 7
+
+
+def test_a_fixed_count_search_is_calibrated_by_composition():
+    kw = dict(delta=DELTA, score_sigma=10.0, mean_trials=4, distribution=selection.FIXED)
+    sigma = selection.calibrate_search(total_epsilon=2.0, phases=schedule(), **kw)
+    spent = selection.fixed_search_epsilon(phases=schedule(sigma), score_sigma=10.0, delta=DELTA, trials=4)
+    assert 1.99 < spent <= 2.0
+    assert selection.draw_trials(np.random.default_rng(0), mean_trials=4, distribution=selection.FIXED) == 4
