@@ -73,6 +73,33 @@ def render_private_searches() -> None:
                          icon=":material/rocket_launch:")
 
 
+def render_comparison() -> None:
+    """The measured comparison of one `auto` run, a private search and a fixed-count search at one total ε
+    (`bench/run_private_tuning.py` writes it), with which wins at each ε, read off the table itself."""
+    import json
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[1] / "bench" / "results").glob("private_tuning_*.json"))
+    if not files:
+        return
+    with st.expander("Measured: one auto run vs a private search vs a fixed count, at the same total ε"):
+        for f in files:
+            r = json.loads(f.read_text())
+            st.markdown(f"**{r['title']}** — `{r['command']}`, {r['date']}, {r['machine']}")
+            st.dataframe([dict(zip(r["columns"], row)) for row in r["rows"]], hide_index=True)
+            st.caption(comparison_reading(r["rows"]) + " " + r.get("notes", ""))
+
+
+def comparison_reading(rows: list[list[str]]) -> str:
+    """Per total ε, the method with the highest mean test accuracy and its lead over the next."""
+    out = []
+    for eps in dict.fromkeys(r[0] for r in rows):
+        ranked = sorted(((float(r[2].split(" ± ")[0]), r[1]) for r in rows if r[0] == eps), reverse=True)
+        out.append(f"At ε = {eps}, {ranked[0][1]} wins ({ranked[0][0]:.3f}, {ranked[0][0] - ranked[1][0]:+.3f} over "
+                   f"{ranked[1][1]}).")
+    return " ".join(out)
+
+
 def render_search_cost(cost: dict | None) -> None:
     """What an ordinary search on the private data cost, composed, and what a random count would."""
     if not cost:
@@ -144,6 +171,7 @@ elif base and st.button(f"Launch search ({trials} trials, {workers} workers)", t
         layout.input_error(e)
 
 render_private_searches()
+render_comparison()
 
 st.subheader("2 · Trials")
 study = studies.pick("tune", "tu_study", "search",

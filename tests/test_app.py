@@ -534,3 +534,14 @@ def test_tuning_page_runs_a_private_search_within_one_total_and_lists_it(app_env
     table = next(d.value for d in at.dataframe if "released run" in d.value.columns)
     assert list(table["search"]) == [entry["search_key"]] and list(table["released run"]) == [entry["released_run_id"]]
     assert any("Papernot & Steinke" in c.value for c in at.caption)
+
+
+def test_tuning_page_shows_the_measured_comparison_and_which_wins(app_env):
+    import json
+
+    at = open_page("pages/tuning.py")
+    shipped = json.loads((ROOT / "bench" / "results" / "private_tuning_default.json").read_text())
+    readings = [c.value for c in at.caption if " wins (" in c.value]
+    assert readings and all(f"At ε = {row[0]}" in readings[0] for row in shipped["rows"])
+    tables = [d.value for d in at.dataframe if "what is released" in d.value.columns]
+    assert tables and list(tables[0]["test accuracy (mean ± std)"]) == [r[2] for r in shipped["rows"]]

