@@ -545,3 +545,18 @@ def test_tuning_page_shows_the_measured_comparison_and_which_wins(app_env):
     assert readings and all(f"At ε = {row[0]}" in readings[0] for row in shipped["rows"])
     tables = [d.value for d in at.dataframe if "what is released" in d.value.columns]
     assert tables and list(tables[0]["test accuracy (mean ± std)"]) == [r[2] for r in shipped["rows"]]
+
+
+def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):
+    from dpviz import sweeps
+    from dpviz.config import RunConfig
+
+    base = RunConfig(strategy="lp", epsilon=1.0, epochs=1, batch_size=512, eval_every=50)
+    study = sweeps.create_search(base, {"lr_lp": [0.05, 5.0]}, trials=3, cache_dir=app_env)
+    sweeps.work(study, run=dpviz.run, cache_dir=app_env)
+    cost = sweeps.search_cost(study)
+    assert cost["trials"] == 3 and 1.0 < cost["composed_epsilon"] <= 3.0
+    at = open_page("pages/tuning.py")
+    shown = [i.value for i in at.info if "What this search cost" in i.value]
+    assert shown and f"ε = {cost['composed_epsilon']:.3g}" in shown[0]
+    assert f"{cost['random_count_epsilon']['poisson']:.3g}" in shown[0]
