@@ -46,11 +46,12 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
     if (hit := store.get_audit(k_)) is not None:
         return {**hit, "cached": True}
     t0 = time.perf_counter()
-    plan = private.plan(search)
+    included = canary_mod.inclusion_bits(spec.canaries, spec.seed)
+    # the included canaries are records of the trials' data: the plan is made for that n, as the trials are
+    plan = private.plan(search, extra_records=int(included.sum()))
     draws = selection.draw_trials(np.random.default_rng(private.seed_of(search.key(), -2)),
                                   mean_trials=search.mean_trials, distribution=search.distribution,
                                   nb_shape=search.nb_shape)
-    included = canary_mod.inclusion_bits(spec.canaries, spec.seed)
     noise, best = np.random.default_rng(private.seed_of(search.key(), -3)), None
     for i, cfg in enumerate(private.trial_configs(search, plan, draws)):
         if progress is not None:

@@ -130,17 +130,21 @@ class Plan:
     search_epsilon: float  # the whole search by the theorem (≤ total ε)
 
 
-def plan(s: PrivateSearch) -> Plan:
+def plan(s: PrivateSearch, *, extra_records: int = 0) -> Plan:
     """Calibrate the search: the trials' schedule (on the training split less the holdout), the score's
-    noise, and the smallest σ whose search ε ≤ ``s.total_epsilon`` (`selection.calibrate_search`)."""
+    noise, and the smallest σ whose search ε ≤ ``s.total_epsilon`` (`selection.calibrate_search`).
+
+    ``extra_records``: records the trials train on beyond the data (an audit's included canaries count in
+    n, `dpviz.audit.search`), so the plan's schedule is the one the trials will have."""
     from dpviz.training import calibration
 
     shape, blocks = calibration.task_shape(s.base.fixed_rates())
     holdout = s.holdout or default_holdout(shape.n)
     cfg = s.base.fixed_rates().replace(holdout=holdout, delta=s.total_delta)
     shape, blocks = calibration.task_shape(cfg)
-    calibration.check_delta(cfg, shape.n)
-    plans, q = calibration.schedule(cfg, shape.n, blocks)
+    n = shape.n + extra_records
+    calibration.check_delta(cfg, n)
+    plans, q = calibration.schedule(cfg, n, blocks)
     phases = [accounting.Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q,
                                clip_norm=cfg.clip_norm) for p in plans if not p.public]
     score_sigma = s.score_noise * holdout
