@@ -240,7 +240,8 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     entry.update(status="finished", released_run_id=summary["run_id"], noisy_holdout_accuracy=round(score, 4),
                  released={f: summary["config"][f] for f in SEARCHABLE}, test_accuracy=summary["test_accuracy"])
     store.claim(summary["run_id"], "user")
-    store.update_run(summary["run_id"], summary={**summary, "private_search": _brief(entry)})
+    kept = {k: v for k, v in summary.items() if k not in ("cached", "waited_for")}  # how this request got it
+    store.update_run(summary["run_id"], summary={**kept, "private_search": _brief(entry)})
     store.put_search(key, summary["run_id"], entry)
     return {**entry, "cached": False}
 
@@ -254,11 +255,15 @@ def check_sigma(summary: dict, p: Plan) -> None:
 
 def _forget(store, scored) -> None:
     """Delete a trial that will not be released (only the search's own hidden runs)."""
+    from dpviz.errors import StoreError
+
     if scored is None:
         return
-    row = store.known(scored[1]["run_id"])
-    if row["kind"] == "search":
-        store.delete_run(scored[1]["run_id"])
+    try:  # the same search in another process may have deleted it first (it waited for the same trials)
+        if store.known(scored[1]["run_id"])["kind"] == "search":
+            store.delete_run(scored[1]["run_id"])
+    except StoreError:
+        pass
 
 
 def _entry(s: PrivateSearch, p: Plan, k: int) -> dict:
