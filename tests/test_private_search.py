@@ -189,3 +189,15 @@ def test_a_fixed_count_search_is_calibrated_by_composition():
     spent = selection.fixed_search_epsilon(phases=schedule(sigma), score_sigma=10.0, delta=DELTA, trials=4)
     assert 1.99 < spent <= 2.0
     assert selection.draw_trials(np.random.default_rng(0), mean_trials=4, distribution=selection.FIXED) == 4
+
+
+def test_the_same_search_launched_twice_at_once_trains_each_trial_once(cli_env, cache_dir):
+    procs = [subprocess.Popen([sys.executable, "-m", "dpviz", *SEARCH], env=cli_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    entries = [json.loads(o[0]) for o in outs]
+    assert entries[0]["released_run_id"] == entries[1]["released_run_id"]  # one trained it, the other waited
+    store = Store(cache_dir)
+    assert [r["run_id"] for r in store.list_runs(kind=("user", "trial", "search"))] == [entries[0]["released_run_id"]]
+    assert len(store.searches()) == 1
