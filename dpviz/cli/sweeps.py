@@ -60,15 +60,15 @@ def add_tune(sub) -> None:
     pv.add_argument("--private", action="store_true", help="tune on the private data within --total-epsilon: a "
                     "random number of random-search trials, scored on held-out training examples, only the best "
                     "released")
-    pv.add_argument("--total-epsilon", type=float, default=None, help="ε of the whole search")
-    pv.add_argument("--total-delta", type=float, default=None, help="δ of the whole search (default 1e-5)")
-    pv.add_argument("--mean-trials", type=float, default=None, help="E[K], the mean number of trials (default 5)")
-    pv.add_argument("--nb-shape", type=float, default=None, help="negative-binomial: its shape η (default 1, "
+    pv.add_argument("--total-epsilon", type=float, default=None, metavar="E", help="ε of the whole search")
+    pv.add_argument("--total-delta", type=float, default=None, metavar="D", help="δ of the whole search (default 1e-5)")
+    pv.add_argument("--mean-trials", type=float, default=None, metavar="K", help="E[K], the mean number of trials (default 5)")
+    pv.add_argument("--nb-shape", type=float, default=None, metavar="ETA", help="negative-binomial: its shape η (default 1, "
                     "the geometric)")
     pv.add_argument("--audit", type=int, default=None, metavar="CANARIES", help="audit the search instead of "
                     "running it for a release: the whole search again, unstored, with this many white-box canaries "
                     "among the private examples, and ε's empirical lower bound from the released trial")
-    pv.add_argument("--score-noise", type=float, default=None, help="std of a trial's noisy held-out accuracy "
+    pv.add_argument("--score-noise", type=float, default=None, metavar="S", help="std of a trial's noisy held-out accuracy "
                     "(default 0.05); the held-out count is --holdout (default: a fifth of the data, ≤ 500)")
     tu.add_argument("--proxy", default=None, help="tune on this public dataset (glyphs, synthetic) instead of the "
                     "private one; without it every trial spends privacy that no run's ε includes")
