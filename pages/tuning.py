@@ -38,8 +38,25 @@ PRIVATE = "private data (costs privacy not in any run's ε)"
 PRIVATE_SEARCH = "private search (one total ε)"
 
 
+@st.cache_data(show_spinner="calibrating the search's noise", max_entries=32)
+def _plan(key: str, _search: private.PrivateSearch) -> dict:
+    """The search's plan, once per search (a calibration takes about a second)."""
+    import dataclasses
+
+    return dataclasses.asdict(private.plan(_search))
+
+
 def render_private_launch(search: private.PrivateSearch) -> None:
     """The private search's plan (σ, each trial's ε, the total) and its launch button; one search at a time."""
+    try:
+        p = _plan(search.key(), search)
+    except DpvizError as e:
+        layout.input_error(e)
+        return
+    st.caption(f"Every trial trains at σ = {p['noise_multiplier']:.3g} (each trial's ε = "
+               f"{p['trial_epsilon']:.3g}, {p['trial_epsilon_with_score']:.3g} with its noisy score), scored on "
+               f"{p['holdout']} held-out training examples; the whole search spends ε = {p['search_epsilon']:.4g} "
+               f"of {search.total_epsilon:g} at δ = {search.total_delta:g}.")
     task = state.task("private-search")
     if state.running(task):
         st.progress(task["done"] / max(task["total"], 1), text=task["label"] or "planning the search")
@@ -113,7 +130,7 @@ def render_search_cost(cost: dict | None) -> None:
             "option above does that.", icon=":material/calculate:")
 
 st.subheader("1 · Search")
-c = st.columns([2, 2, 4, 1, 1])
+c = st.columns([2, 2, 4, 2, 1])
 names = list(strategies.names())
 strategy = c[0].selectbox("strategy", names, index=names.index("fft"), key="tu_strategy")
 eps = c[1].select_slider("ε", [0.5, 1.0, 2.0, 4.0, 8.0], value=1.0, key="tu_eps")

@@ -521,6 +521,8 @@ def test_tuning_page_runs_a_private_search_within_one_total_and_lists_it(app_env
     at.number_input(key="tu_mean").set_value(1.0).run()
     assert not at.warning and not at.error, [e.value for e in at.error]
     assert [c for c in at.checkbox if c.key == "tu_on_batch_size"][0].disabled  # q and T stay fixed
+    planned = [c.value for c in at.caption if c.value.startswith("Every trial trains at σ")]
+    assert planned and "of 1 at δ = 1e-05" in planned[0]  # the plan, before anything trains
     at.button(key="tu_launch_private").click().run()
     deadline = time.time() + 180
     while time.time() < deadline:
