@@ -108,11 +108,10 @@ def test_every_registered_analysis_is_json_ready_and_labelled_private():
         assert out["private_data"] is True and "NOT covered" in out["note"]
 
 
-def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, cli_env, tmp_path):
-    import subprocess
-    import sys
-
+@pytest.mark.slow
+def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, tmp_path, capsys):
     import dpviz
+    from dpviz.cli import main
     from dpviz.store import Store
 
     jm = dpviz.JobManager(cache_dir, max_workers=1)
@@ -128,8 +127,12 @@ def test_background_analyses_cached_per_checkpoint_and_cli(fast_cfg, cache_dir, 
                                              for n in ("knn", "separability", "residual", "hessian")}
 
     def cli(*args):
-        r = subprocess.run([sys.executable, "-m", "dpviz", *args], env=cli_env, capture_output=True, text=True)
-        return r.returncode, r.stdout, r.stderr
+        """``python -m dpviz ARGS`` on this store, run in this process (the command line in its own process:
+        tests/test_cli.py); its exit code, stdout and stderr."""
+        capsys.readouterr()
+        code = main(["--cache-dir", str(cache_dir), *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
 
     rc, out, _ = cli("analyze", "separability", s["run_id"], "--json")
     sep = json.loads(out)

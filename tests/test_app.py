@@ -219,7 +219,7 @@ def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     from dpviz.analyses import PRIVACY_NOTE
     from dpviz.analyses.service import analyze
 
-    s = dpviz.run(fast_cfg(strategy="fft", epsilon=2.0, checkpoint_every=5), cache_dir=app_env)
+    s = dpviz.run(fast_cfg(strategy="fft", epsilon=2.0, checkpoint_every=6), cache_dir=app_env)  # steps 0, 6, 12
     for step in Store(app_env).feature_steps(s["run_id"]):
         analyze(Store(app_env), s["run_id"], "hessian", step=step)
     at = open_page("pages/curvature.py")

@@ -14,7 +14,9 @@ from conftest import ROOT
 from dpviz.analyses.service import BACKGROUND
 from dpviz.store import Store
 
-FAST = ["--epochs", "2", "--eval-every", "5"]
+# 12 steps; feature checkpoints at 0, 6 and 12 (the default's 11 would cost the detached analyses of the run
+# test a curvature estimate each, ≈ 2.5 s apiece)
+FAST = ["--epochs", "2", "--eval-every", "5", "--checkpoint-every", "6"]
 
 
 def dpviz(args, env, timeout=300):

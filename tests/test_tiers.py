@@ -6,6 +6,8 @@ import sys
 
 from conftest import ROOT
 
+TIERS = {"browser", "subprocess", "real", "slow"}
+
 # One collection of the whole suite in a child pytest, printing each test's file and tier markers.
 SHOW = """
 import pytest, sys
@@ -18,14 +20,27 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider"], plugins
 """
 
 
-def test_each_tier_holds_the_tests_that_start_what_it_names():
-    out = subprocess.run([sys.executable, "-c", SHOW], capture_output=True, text=True, cwd=ROOT)
+def suite_tiers(session) -> dict[str, set[str]]:
+    """{tier: test files with a test in it} ("fast": a test with none of the tier marks) of the whole suite: this
+    run's own collection when it holds every test file unfiltered (the whole suite's run, on every pytest-xdist
+    worker), else a child pytest's."""
+    files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")}
+    items = session.items
+    if len(items) == session.testscollected and {i.nodeid.split("::")[0] for i in items} == files:
+        rows = [(i.nodeid.split("::")[0], sorted({m.name for m in i.iter_markers()} & TIERS)) for i in items]
+    else:
+        out = subprocess.run([sys.executable, "-c", SHOW], capture_output=True, text=True, cwd=ROOT)
+        rows = [(path, marks[0].split(",") if marks and marks[0] else [])
+                for _, path, *marks in (line.split(" ") for line in out.stdout.splitlines() if line.startswith("TIER "))]
     tiers: dict[str, set[str]] = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("TIER "):
-            _, path, *marks = line.split(" ")
-            for m in (marks[0].split(",") if marks and marks[0] else ["fast"]):
-                tiers.setdefault(m, set()).add(path)
+    for path, marks in rows:
+        for m in marks or ["fast"]:
+            tiers.setdefault(m, set()).add(path)
+    return tiers
+
+
+def test_each_tier_holds_the_tests_that_start_what_it_names(request):
+    tiers = suite_tiers(request.session)
     assert {"tests/test_form_browser.py", "tests/test_pages_browser.py", "tests/test_server_stop.py"} <= tiers["browser"]
     assert {"tests/test_one_run.py", "tests/test_distributed.py", "tests/test_cli.py"} <= tiers["subprocess"]
     assert "tests/test_real_models.py" in tiers["real"]
