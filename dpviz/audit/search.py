@@ -15,8 +15,6 @@ import json
 import time
 from dataclasses import asdict
 
-import numpy as np
-
 from dpviz.audit.run import AuditSpec, _canaries, mechanism_hash
 from dpviz.store import Store
 from dpviz.sweeps import private
@@ -36,7 +34,6 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
     """
     from dpviz.audit import bounds
     from dpviz.audit import canaries as canary_mod
-    from dpviz.privacy import selection
     from dpviz.runner import resolved
     from dpviz.training import execute
 
@@ -49,10 +46,8 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
     included = canary_mod.inclusion_bits(spec.canaries, spec.seed)
     # the included canaries are records of the trials' data: the plan is made for that n, as the trials are
     plan = private.plan(search, extra_records=int(included.sum()))
-    draws = selection.draw_trials(np.random.default_rng(private.seed_of(search.key(), -2)),
-                                  mean_trials=search.mean_trials, distribution=search.distribution,
-                                  nb_shape=search.nb_shape)
-    noise, best = np.random.default_rng(private.seed_of(search.key(), -3)), None
+    draws = private.draw_count(search)
+    noise, best = private.score_noise(search), None
     for i, cfg in enumerate(private.trial_configs(search, plan, draws)):
         if progress is not None:
             progress(i, draws)

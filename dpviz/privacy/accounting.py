@@ -167,7 +167,8 @@ def _merge(history: list[tuple]) -> list[tuple]:
     return out
 
 
-def _with_sigma(phases: list[Phase], sigma: float) -> list[Phase]:
+def with_sigma(phases: list[Phase], sigma: float) -> list[Phase]:
+    """``phases`` with every σ set to ``sigma``."""
     return [replace(p, noise_multiplier=sigma) for p in phases]
 
 
@@ -187,7 +188,7 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
     if accountant == "rdp" and target_epsilon <= (floor := rdp_floor(delta)) * (1 + rel_tol):
         raise ValueError(f"epsilon: RDP's orders (α ≤ 63) cannot certify ε = {target_epsilon:g} at δ = {delta:g} "
                          f"whatever σ (its floor is {floor:.3g}); use accountant prv, or a larger ε")
-    eps_of = lambda s: epsilon(phases=_with_sigma(phases, s), delta=delta, accountant=accountant)  # noqa: E731
+    eps_of = lambda s: epsilon(phases=with_sigma(phases, s), delta=delta, accountant=accountant)  # noqa: E731
     f = lambda e: math.log(e) - math.log(target_epsilon) if e > 0 else -math.inf  # noqa: E731
     lo, hi = 0.0, _first_guess(target_epsilon, delta, phases, accountant)
     f_hi = f(eps_of(hi))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from dpviz.privacy.accounting import Phase, epsilon
+from dpviz.privacy.accounting import PLD_DISCRETISATION, Phase, with_sigma  # noqa: F401  (with_sigma: callers')
 
 DISTRIBUTIONS = ("poisson", "negative-binomial")
 """How the number of trials K is drawn: Poisson (shape ∞) or truncated negative binomial (shape η)."""
@@ -86,9 +86,9 @@ def trial_event(*, phases: list[Phase], score_sigma: float | None):
 
 
 def _rdp_epsilon(event, delta: float) -> float:
-    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
-
     import logging
+
+    from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 
     acc = RdpAccountant(orders=list(ORDERS))
     absl = logging.getLogger("absl")
@@ -112,13 +112,17 @@ def search_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: flo
     return _rdp_epsilon(ev.RepeatAndSelectDpEvent(inner, float(mean_trials), shape_of(distribution, nb_shape)), delta)
 
 
-def trial_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: float) -> float:
-    """ε at ``delta`` of one trial (its training and its score) by the PLD accountant."""
+def _pld_epsilon(event, delta: float) -> float:
     from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
-    acc = PLDAccountant(value_discretization_interval=1e-4)
-    acc.compose(trial_event(phases=phases, score_sigma=score_sigma))
+    acc = PLDAccountant(value_discretization_interval=PLD_DISCRETISATION)
+    acc.compose(event)
     return float(acc.get_epsilon(delta))
+
+
+def trial_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: float) -> float:
+    """ε at ``delta`` of one trial (its training and its score) by the PLD accountant."""
+    return _pld_epsilon(trial_event(phases=phases, score_sigma=score_sigma), delta)
 
 
 def fixed_count_epsilon(*, trials: list[list[Phase]], delta: float) -> float:
@@ -133,20 +137,20 @@ def fixed_count_epsilon(*, trials: list[list[Phase]], delta: float) -> float:
     return _pld_epsilon(history, delta, grid=pld_grid(phases=flat, delta=delta))
 
 
-def with_sigma(phases: list[Phase], sigma: float) -> list[Phase]:
-    """``phases`` with every σ set to ``sigma``."""
-    return [Phase(name=p.name, steps=p.steps, noise_multiplier=sigma, sample_rate=p.sample_rate,
-                  clip_norm=p.clip_norm) for p in phases]
-
-
 def fixed_search_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: float, trials: int) -> float:
     """ε at ``delta`` of ``trials`` trials, each with its score, all composed (PLD): what a search of a fixed
     number of trials costs when every trial and score may be released."""
-    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+    return _pld_epsilon(_events().SelfComposedDpEvent(trial_event(phases=phases, score_sigma=score_sigma), int(trials)),
+                        delta)
 
-    acc = PLDAccountant(value_discretization_interval=1e-4)
-    acc.compose(_events().SelfComposedDpEvent(trial_event(phases=phases, score_sigma=score_sigma), int(trials)))
-    return float(acc.get_epsilon(delta))
+
+def spent(*, phases: list[Phase], score_sigma: float | None, delta: float, mean_trials: float, distribution: str,
+          nb_shape: float = NB_SHAPE) -> float:
+    """ε at ``delta`` of the whole search: by the theorem for a random count, composed for `FIXED`."""
+    if distribution == FIXED:
+        return fixed_search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta, trials=round(mean_trials))
+    return search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta, mean_trials=mean_trials,
+                          distribution=distribution, nb_shape=nb_shape)
 
 
 def calibrate_search(*, total_epsilon: float, delta: float, phases: list[Phase], score_sigma: float | None,
@@ -161,23 +165,20 @@ def calibrate_search(*, total_epsilon: float, delta: float, phases: list[Phase],
         ValueError: when even σ = 10⁴ does not reach the target (the score's noise, or the theorem's
             log E[K] / (λ − 1) term, alone spends more than ``total_epsilon``).
     """
-    def spent(s: float) -> float:
-        if distribution == FIXED:
-            return fixed_search_epsilon(phases=with_sigma(phases, s), score_sigma=score_sigma, delta=delta,
-                                        trials=round(mean_trials))
-        return search_epsilon(phases=with_sigma(phases, s), score_sigma=score_sigma, delta=delta,
-                              mean_trials=mean_trials, distribution=distribution, nb_shape=nb_shape)
+    def at(s: float) -> float:
+        return spent(phases=with_sigma(phases, s), score_sigma=score_sigma, delta=delta, mean_trials=mean_trials,
+                     distribution=distribution, nb_shape=nb_shape)
 
     lo, hi = 0.3, 2.0
-    while spent(hi) > total_epsilon:
+    while at(hi) > total_epsilon:
         lo, hi = hi, hi * 2
         if hi > 1e4:
             raise ValueError(f"total_epsilon: {total_epsilon:g} is below what the search costs at any noise "
                              f"(its score and the mean of {mean_trials:g} trials alone spend "
-                             f"{spent(1e4):.3g} at δ = {delta:g}); raise it or lower --mean-trials")
+                             f"{at(1e4):.3g} at δ = {delta:g}); raise it or lower --mean-trials")
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if spent(mid) <= total_epsilon else (mid, hi)
+        lo, hi = (lo, mid) if at(mid) <= total_epsilon else (mid, hi)
     return hi
 
 

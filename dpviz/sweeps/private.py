@@ -159,15 +159,18 @@ def plan(s: PrivateSearch, *, extra_records: int = 0) -> Plan:
                 trial_epsilon=accounting.epsilon(phases=phases, delta=s.total_delta, accountant=bound),
                 trial_epsilon_with_score=selection.trial_epsilon(phases=phases, score_sigma=score_sigma,
                                                                  delta=s.total_delta),
-                search_epsilon=_spent(phases, s.total_delta, **kw))
+                search_epsilon=selection.spent(phases=phases, delta=s.total_delta, **kw))
 
 
-def _spent(phases, delta, *, score_sigma, mean_trials, distribution, nb_shape) -> float:
-    if distribution == selection.FIXED:
-        return selection.fixed_search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta,
-                                              trials=round(mean_trials))
-    return selection.search_epsilon(phases=phases, score_sigma=score_sigma, delta=delta, mean_trials=mean_trials,
-                                    distribution=distribution, nb_shape=nb_shape)
+def draw_count(s: PrivateSearch) -> int:
+    """K, the search's number of trials: drawn once, by a generator seeded by the search alone."""
+    return selection.draw_trials(np.random.default_rng(seed_of(s.key(), -2)), mean_trials=s.mean_trials,
+                                 distribution=s.distribution, nb_shape=s.nb_shape)
+
+
+def score_noise(s: PrivateSearch):
+    """The generator of the trials' score noise (seeded by the search alone)."""
+    return np.random.default_rng(seed_of(s.key(), -3))
 
 
 def seed_of(key: str, i: int) -> int:
@@ -213,11 +216,10 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     if done is not None and done.get("status") == "finished":
         return {**done, "cached": True}
     p = plan(s)
-    k = selection.draw_trials(np.random.default_rng(seed_of(key, -2)), mean_trials=s.mean_trials,
-                              distribution=s.distribution, nb_shape=s.nb_shape)
+    k = draw_count(s)
     entry = _entry(s, p, k)
     store.put_search(key, None, {**entry, "status": "running"})
-    best, noise = None, np.random.default_rng(seed_of(key, -3))
+    best, noise = None, score_noise(s)
     for i, cfg in enumerate(trial_configs(s, p, k)):
         if cancel is not None and cancel.is_set():
             _forget(store, best)
