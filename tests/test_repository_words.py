@@ -44,6 +44,9 @@ def test_nothing_narrates_how_the_repository_was_built():
 
 
 def test_the_narration_check_can_fail():
-    planted = "Re-run on 2026-11-24 after the layering; issue 31 asked for it in the fourth session."
+    # a made-up sentence with one phrase of each kind the check refuses (a dated re-run, an issue number, a
+    # numbered work period), assembled here so that no file of the repository holds such a sentence
+    planted = "; ".join(["Re-run on " + "2026-11-24 after the layering", "issue " + "31 asked for it",
+                         "in the fourth " + "session."])
     assert len(narration(planted)) == 3
     assert not narration("a session-scoped fixture; pytest's session; the first pass over the data")
