@@ -59,7 +59,7 @@ def render_private_launch(search: private.PrivateSearch) -> None:
                f"of {search.total_epsilon:g} at δ = {search.total_delta:g}.")
     task = state.task("private-search")
     if state.running(task):
-        st.progress(task["done"] / max(task["total"], 1), text=task["label"] or "planning the search")
+        render_search_progress(task)
         return
     if st.button(f"Launch private search (total ε = {search.total_epsilon:g}, {search.distribution} trials, "
                  f"mean {search.mean_trials:g})", type="primary", key="tu_launch_private"):
@@ -70,6 +70,15 @@ def render_private_launch(search: private.PrivateSearch) -> None:
         st.rerun()
     if task["error"]:
         layout.input_error(ConfigError("search", task["error"]))
+
+
+@st.fragment(run_every=2.0)
+def render_search_progress(task: dict) -> None:
+    """The running search's progress, redrawn every 2 s; the whole page again once it has ended (its launch
+    button back, its entry in the table)."""
+    if not state.running(task):
+        st.rerun()
+    st.progress(task["done"] / max(task["total"], 1), text=task["label"] or "calibrating the search's noise")
 
 
 @st.fragment(run_every=3.0)
@@ -151,7 +160,7 @@ if where == PRIVATE:
 
 space = {}
 for name, (lo, hi) in DEFAULT_RANGES.items():
-    r = st.columns([2, 2, 2, 6])
+    r = st.columns([3, 2, 2, 5])
     fixed = in_budget and name not in private.SEARCHABLE  # q and T set each trial's privacy: not searched privately
     on = r[0].checkbox(f"search {name}", value=name in strategies.get(strategy).lr_fields, key=f"tu_on_{name}",
                        disabled=fixed, help="a private search keeps batch size and epochs fixed" if fixed else None) \
