@@ -221,8 +221,11 @@ def test_a_dragged_slider_then_launch_at_once_and_again(page):
     form, before = launch(page, cache)
     assert form["lp_fraction"] > 0.6, form["lp_fraction"]
     run = assert_launched_as_shown(cache, before, form)
+    settled(page)  # the second click is a user's repeat, made on the drawn page (the first tests the race)
     page.get_by_role("button", name="Launch run").click()
-    page.get_by_text("launched 2×, trained once").first.wait_for(timeout=30000)
+    page.get_by_text("already has a job here").first.wait_for(timeout=90000)
+    page.get_by_text("launched 2×, trained once").first.wait_for(timeout=90000)
+    assert [r["run_id"] for r in Store(cache).list_runs() if r["run_id"] not in before] == [run["run_id"]]
     rows = page.locator('.dpviz-progress[role="progressbar"]').all_inner_texts()
     assert sum(run["run_id"] in t for t in rows) == 1, rows
 
