@@ -5,12 +5,19 @@ bench/results/scorecard_<task>.json (`bench/results.py`): one row per claim with
 means ± std and the reading, and the wall time of the whole pass in the notes. The results pages show the
 file (`<!-- results: scorecard_default -->`), so a verdict on the site is the last one measured.
 
-Usage: python bench/run_scorecard.py [--task default] [--seeds 3] [--workers 1] [--cache-dir DIR]
+A larger size (``--scale medium|large``, `dpviz.reproduce.SCALES`) reads its scale-sensitive claims and
+writes bench/results/scorecard_<task>_<scale>.json; every size also writes its rows whole, with the curves
+its figures draw (kNN over steps, log D_l over depth), to bench/results/rows/, which the Reproduction page
+and the scale page of the results read.
+
+Usage: python bench/run_scorecard.py [--task default] [--scale small] [--seeds 3] [--workers 1]
+       [--device auto|cpu|cuda] [--claims ID ...] [--cache-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -34,17 +41,31 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--scale", default="small", choices=list(reproduce.SCALES))
+    ap.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--claims", nargs="+", default=None)
     a = ap.parse_args()
     t0 = time.perf_counter()
-    rows = reproduce.run(task=a.task, seeds=tuple(range(a.seeds)), cache_dir=a.cache_dir, workers=a.workers)
+    rows = reproduce.run(a.claims, task=a.task, seeds=tuple(range(a.seeds)), cache_dir=a.cache_dir,
+                         workers=a.workers, scale=a.scale, changes={"device": a.device} if a.device else None)
     wall = time.perf_counter() - t0
+    if a.scale != "small":  # the claims read at this size only
+        rows = [r for r in rows if r["verdict"] != reproduce.NOT_READ]
     table = [[r["id"], r["verdict"], measured(r["measured"]), r["reading"]] for r in rows]
     for t in table:
         print("| " + " | ".join(t) + " |")
-    record(f"scorecard_{a.task}", title=f"Reproduction scorecard: {a.task} task",
+    name = f"scorecard_{a.task}" + (f"_{a.scale}" if a.scale != "small" else "")
+    size = reproduce.SCALES[a.scale].get(a.task, {})
+    what = (f"{a.scale}: {size['train_size']:,} examples, ≈ {reproduce.steps_of(size):,} DP steps a run; "
+            if size else "")
+    record(name, title=f"Reproduction scorecard: {a.task} task" + (f", size {a.scale}" if a.scale != "small" else ""),
            columns=["id", "verdict", f"dpviz's measurement (mean ± std, {a.seeds} seeds, auto rates)", "reading"],
-           rows=table, notes=f"{a.seeds} seeds, {a.workers} worker(s); {wall / 60:.1f} min for the pass "
+           rows=table, notes=f"{what}{a.seeds} seeds, {a.workers} worker(s); {wall / 60:.1f} min for the pass "
                              f"(runs already in the store answered from it).")
+    (ROOT / "bench" / "results" / "rows").mkdir(exist_ok=True)
+    (ROOT / "bench" / "results" / "rows" / f"{name}.json").write_text(json.dumps(
+        {"task": a.task, "scale": a.scale, "seeds": a.seeds, "wall_s": round(wall, 1), "rows": rows},
+        ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

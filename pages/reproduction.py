@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import analyses, layout, runs, state
+from dashboard import analyses, layout, published, runs, state
 from dpviz import figures, reproduce, tasks
 from dpviz.errors import StoreError
 
@@ -24,10 +24,23 @@ claims = st.multiselect("claims", list(reproduce.REGISTRY), default=list(reprodu
                         help="each claim's statement and paper are in the table below")  # ids: every chip shows
 seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds",
                               help="2 or more for a verdict: from one seed there is no spread to judge by"))
-if reproduce.SCALE.get(task):
-    st.caption("Every run of this task's scorecard sets " + ", ".join(
-        f"{k} = {v}" for k, v in reproduce.SCALE[task].items()) + " (the preset's sampling rate and step count, "
-        "so the same noise multiplier, at a size whose scorecard finishes on a laptop CPU).")
+
+
+def sizes_of(t: str) -> list[str]:
+    """The sizes task ``t`` has (`reproduce.SCALES`): small always."""
+    return [s for s in reproduce.SCALES if s == "small" or t in reproduce.SCALES[s]]
+
+
+scale = c[3].selectbox("size", sizes_of(task), key="re_scale",
+                       help="the scale axis: a larger size grows the training set and the DP steps (same epochs and "
+                            "B); only the scale-sensitive claims are read there")
+if reproduce.SCALES[scale].get(task):
+    fields = reproduce.size_fields(task, scale)
+    st.caption("Every run of this size sets " + ", ".join(f"{k} = {v}" for k, v in fields.items())
+               + f": ≈ {reproduce.steps_of(fields):,} DP steps a run"
+               + (" (the preset's sampling rate and step count, so the same noise multiplier, at a size whose "
+                  "scorecard finishes on a laptop CPU)." if scale == "small" else
+                  f"; read here: {', '.join(c.id for c in reproduce.CLAIMS if scale in c.scales)}."))
 if seeds < 2:
     st.warning(f"**One seed.** Means are shown without a spread. {reproduce.ONE_SEED}", icon=":material/warning:")
 
@@ -39,7 +52,7 @@ if c[2].button("Cancel" if running else "Run / resume", type="secondary" if runn
     elif claims:
         state.start_task("scorecard", lambda progress, cancel: reproduce.run(
             claims, task=task, seeds=tuple(range(seeds)), cache_dir=state.store().root, progress=progress,
-            cancel=cancel))
+            cancel=cancel, scale=scale))
 
 layout.render_task(sc, "runs", "scorecard")
 
@@ -93,3 +106,40 @@ for cl in [cl for cl in reproduce.CLAIMS if cl.id in claims and any(cl.id in row
                 configs = [c for ids in r["run_ids"].values() for c in map(stored_config, ids[:1]) if c]
                 runs.render_export(fig, data, configs, f"dpviz_claim_{cl.id}_{t}", f"re_exp_{cl.id}_{t}",
                                    private=r["private_statistics"])
+
+
+scaled_tasks = [t for t in TASKS if len(sizes_of(t)) > 1]
+if scaled_tasks:
+    st.subheader("3 · Along the scale axis")
+    st.markdown("Do the scale-sensitive claims change with how long a model trains? Each size's rows come from "
+                "this store where all their runs are in it, else from the results file the measured pass wrote "
+                "(`bench/run_scorecard.py --scale`, marked *file*).")
+    st_task = st.selectbox("task", scaled_tasks, key="re_scale_task", format_func=lambda t: tasks.task(t).label)
+    by_size, source = {}, {}
+    for size in sizes_of(st_task):
+        here = {} if running else {r["id"]: r for r in reproduce.stored_rows(
+            claims, task=st_task, seeds=tuple(range(seeds)), cache_dir=state.store().root, scale=size)
+            if r["verdict"] != reproduce.NOT_READ}
+        by_size[size] = here or published.scorecard_rows(st_task, size)
+        source[size] = "store" if here else "file"
+    scaled = [cl for cl in reproduce.CLAIMS if len(cl.scales) > 1 and cl.id in claims]
+    st.dataframe(pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, **{
+        f"{size} (≈ {reproduce.steps_of(reproduce.SCALES[size][st_task]):,} steps)": (
+            cell(by_size[size].get(cl.id)) + (" · file" if by_size[size].get(cl.id) and source[size] == "file" else ""))
+        for size in by_size}} for cl in scaled]), hide_index=True, key="re_scale_table")
+    for cl in scaled:
+        rows_at = {size: by_size[size][cl.id] for size in by_size if cl.id in by_size[size]}
+        if not rows_at:
+            continue
+        with st.expander(f"{cl.id} at every size: {cl.sentence}"):
+            fig = figures.reproduce.scale_figure(rows_at)
+            if fig is not None:
+                st.plotly_chart(fig, key=f"re_scale_fig_{cl.id}")
+            for size, r in rows_at.items():
+                layout.reading(f"**{size}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")
+            if fig is not None:
+                data = pd.DataFrame([{"size": size, "group": g, **v} for size, r in rows_at.items()
+                                     for g, v in r["measured"].items()])
+                what = "; ".join(f"{size} ({source[size]}): {r['preset']}, {r['seeds']} seeds" for size, r in rows_at.items())
+                runs.render_export(fig, data, [], f"dpviz_claim_{cl.id}_{st_task}_sizes", f"re_scale_exp_{cl.id}",
+                                   private=cl.private, caption=f"{cl.id} on {st_task} along the scale axis — {what}")

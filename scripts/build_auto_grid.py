@@ -14,6 +14,8 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
         --epsilons 1 8 --lp-fractions 0.1 0.5 0.9   # the size the reproduction scorecard runs at
     python scripts/build_auto_grid.py --task real-text --scorecard --strategies sparse --epsilons 1 8 \
         --selections random magnitude   # sparse's fixed row selections (003-selection's baselines)
+    python scripts/build_auto_grid.py --task real-vision --scale large --strategies fft lp-fft --epsilons 1 8 \
+        --lp-fractions 0.3   # a larger size of the scorecard (dpviz.reproduce.SCALES): its scale-sensitive claims' runs
 
 An entry already in ``--out`` under the same key keeps its other points (`merge`): builds split by ε or
 LP share, each with its own ``--cache-dir`` and ``--out``, combine by running each again with the shipped
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -36,7 +39,7 @@ import torch  # noqa: E402
 from dpviz import strategies, tasks  # noqa: E402
 from dpviz import autotune
 from dpviz.config import RunConfig  # noqa: E402
-from dpviz.reproduce import SCALE  # noqa: E402
+from dpviz.reproduce import SCALES, size_fields  # noqa: E402
 
 EPSILONS = ("0.5", "1", "2", "4", "8", "16", "inf")
 AXES = {"lp_fraction": (0.1, 0.3, 0.5, 0.7, 0.9)}
@@ -81,6 +84,37 @@ def merge(entries: list[dict], new: dict) -> list[dict]:
     return [x for x in entries if x["key"] != new["key"]] + [merged]
 
 
+def points(backbone: str, strategy: str, epsilons, task: str, axes_values: dict, size: dict | None,
+           extra: dict | None) -> list[RunConfig]:
+    """The configs of one (backbone, strategy)'s grid points, as `entry_for` searches them."""
+    axes = strategies.get(strategy).auto_axes
+    base = {"backbone": backbone} if task == "default" else {}
+    base.update(size or {}, **(extra or {}))
+    return [tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
+            for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes))]
+
+
+def in_parallel(runs, a, size) -> None:
+    """Create every point's search (nothing trains), then run all their trials in ``a.workers`` worker
+    processes of one thread each; `entry_for` then reads each search from the store."""
+    import subprocess
+
+    names = [autotune.search(cfg, autotune.used_fields(cfg), cache_dir=Path(a.cache_dir), run=False)[0].study_name
+             for backbone, strategy, extra in runs
+             for cfg in points(backbone, strategy, a.epsilons, a.task, {"lp_fraction": tuple(a.lp_fractions)}, size, extra)]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped (e.g. by `timeout`): stop the workers too
+    for name in names:  # this build's searches only, one after another, each over all the workers
+        cmd = [sys.executable, "-m", "dpviz", "--cache-dir", a.cache_dir, "worker", "--threads", "1", "--study", name]
+        procs = [subprocess.Popen(cmd) for _ in range(a.workers)]
+        try:
+            failed = sum(p.wait() != 0 for p in procs)
+        finally:
+            for p in procs:
+                if p.poll() is None:  # their trials are left interrupted; a rerun resumes them
+                    p.terminate()
+        print(f"{name}: {a.workers} workers ran its trials ({failed} failed)", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="default", choices=list(tasks.TASKS),
@@ -94,10 +128,15 @@ def main() -> None:
     p.add_argument("--selections", nargs="+", default=["sparta"],
                    help="sparse's row selections, one entry each (the grid's key includes the selection)")
     p.add_argument("--scorecard", action="store_true", help="at the reproduction scorecard's size of the task "
-                   "(dpviz.reproduce.SCALE) rather than its preset's")
+                   "(dpviz.reproduce.SCALE, i.e. --scale small) rather than its preset's")
+    p.add_argument("--scale", default=None, choices=list(SCALES),
+                   help="at this size of the reproduction scorecard (dpviz.reproduce.SCALES) rather than the preset's")
     p.add_argument("--cache-dir", default="cache/auto_grid", help="store of the proxy searches (resumable)")
     p.add_argument("--out", default=str(autotune.GRID_PATH))
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes that run the searches' trials at once (`python -m dpviz worker`, one thread each): "
+                   "every point's search is created first, so the workers share all their trials")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     out = Path(a.out)
@@ -106,10 +145,13 @@ def main() -> None:
     runs = [(b, s, {"selection": sel} if s == "sparse" else {})
             for b, s in itertools.product(backbones, a.strategies)
             for sel in (a.selections if s == "sparse" else [None])]
+    size = size_fields(a.task, a.scale or "small") if a.scorecard or a.scale else None
+    if a.workers > 1:
+        in_parallel(runs, a, size)
     for backbone, strategy, extra in runs:
         e = entry_for(backbone, strategy, a.epsilons, Path(a.cache_dir), lambda m: print(m, flush=True),
                       task=a.task, axes_values={"lp_fraction": tuple(a.lp_fractions)},
-                      size=SCALE.get(a.task) if a.scorecard else None, extra=extra)
+                      size=size, extra=extra)
         doc["entries"] = merge(doc["entries"], e)
         doc.update(version=1, note="learning rates tuned on public data only (glyphs; a real task's public stand-in) (scripts/build_auto_grid.py); "
                                    "no private data was read")

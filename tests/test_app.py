@@ -1,5 +1,6 @@
 """Every dashboard page under Streamlit's AppTest: renders, has its widgets, launches, rejects bad input."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -188,8 +189,8 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
     reading per task under each claim, the reason in place of the unreadable verdict."""
     from dpviz import reproduce
 
-    def planted(claims=None, *, task="default", seeds=(0, 1, 2), changes=None, cache_dir=None):
-        if task == "real-vision":
+    def planted(claims=None, *, task="default", seeds=(0, 1, 2), changes=None, cache_dir=None, scale="small"):
+        if task == "real-vision" or scale != "small":
             return []
         acc = {"default": ([0.70, 0.71, 0.72], [0.60, 0.61, 0.62]), "real-text": ([0.60, 0.61, 0.62],
                                                                                  [0.70, 0.71, 0.72])}[task]
@@ -199,7 +200,7 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
         return rows + ([reproduce.unreadable_row(reproduce.REGISTRY["004-public"], task)] if task == "real-text" else [])
 
     monkeypatch.setattr(reproduce, "stored_rows", planted)
-    monkeypatch.setattr(reproduce.Claim, "why_not", lambda self, task: "no public text here" if
+    monkeypatch.setattr(reproduce.Claim, "why_not", lambda self, task, scale="small": "no public text here" if
                         (self.id, task) == ("004-public", "real-text") else None)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -211,6 +212,39 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
     assert len(at.get("plotly_chart")) == 2  # 000-lpfft on default and on real-text; none for real-vision
     assert any("Not readable here: no public text here" in i.value for i in at.info)
     assert any("Not run yet on this task" in c.value for c in at.caption)
+
+
+def test_reproduction_page_shows_a_claim_at_every_size_side_by_side(app_env, monkeypatch, tmp_path):
+    """Planted rows of 000-dip on real-vision at small (in the store) and medium (only in a results file): the
+    scale table has a column per size with the source marked, and one figure draws the kNN curves of both."""
+    from dashboard import published
+    from dpviz import reproduce
+
+    def dip(scale, knn):  # a row as the scorecard writes it, its curves from per-seed kNN series
+        return {"id": "000-dip", "task": "real-vision", "scale": scale, "seed": "000", "paper": "Ke et al. 2024",
+                "claim": reproduce.REGISTRY["000-dip"].sentence, "preset": f"EfficientNet-Lite0, {scale}",
+                "verdict": reproduce.AGREES, "reading": f"dips at {scale}", "private_statistics": True, "seeds": 3,
+                "measured": {"fft kNN dip": {"mean": 0.05, "std": 0.01}},
+                "run_ids": {"fft": [f"{scale}-{i}" for i in range(3)]},
+                **reproduce.scorecard.curves({"series": knn})}
+
+    small = dip("small", {"fft": [{0: 0.8, 6: 0.7}] * 3, "lp-fft": [{0: 0.8, 6: 0.8}] * 3})
+    monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", scale="small", **kw:
+                        [small] if (task, scale) == ("real-vision", "small") else [])
+    medium = dip("medium", {"fft": [{0: 0.8, 24: 0.76, 48: 0.9}] * 3, "lp-fft": [{0: 0.8, 24: 0.85, 48: 0.9}] * 3})
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "rows" / "scorecard_real-vision_medium.json").write_text(json.dumps({"rows": [medium]}))
+    monkeypatch.setattr(published, "FOLDER", tmp_path)
+    at = open_page("pages/reproduction.py")
+    assert not at.exception, [e.value for e in at.exception]
+    table = next(d.value for d in at.dataframe if "statement" in d.value and "small (≈ 48 steps)" in d.value)
+    row = table.set_index("claim").loc["000-dip"]
+    assert row["small (≈ 48 steps)"] == "agrees (3 seeds)" and row["medium (≈ 516 steps)"] == "agrees (3 seeds) · file"
+    assert row["large (≈ 2,016 steps)"] == "—"
+    fig = json.loads(at.get("plotly_chart")[-1].proto.spec)
+    assert [(t["name"], t["xaxis"]) for t in fig["data"]] == [("fft", "x"), ("lp-fft", "x"), ("fft", "x2"),
+                                                            ("lp-fft", "x2")]
+    assert fig["data"][2]["x"] == [0, 24, 48]
 
 
 @pytest.mark.slow

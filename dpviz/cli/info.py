@@ -62,6 +62,11 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--claims", nargs="+", default=None, metavar="ID", help="claim ids (default: all; see --list)")
     rp.add_argument("--workers", type=int, default=1, help="processes that train the runs (at most one per "
                     "core; 2 on a 2-core CPU trains more runs an hour than 1 process on 2 threads)")
+    rp.add_argument("--scale", default="small", metavar="SIZE",
+                    help="the size the claims are read at: small (default), medium or large (dpviz.reproduce.SCALES: "
+                    "the larger sizes grow the training set and the steps; only the scale-sensitive claims are read there)")
+    rp.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"),
+                    help="where the runs train (not part of a run's hash: a run trained on cuda answers on cpu)")
     rp.add_argument("--list", action="store_true", help="list the claims and exit")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(handler=cmd_reproduce)
@@ -150,13 +155,13 @@ def parse_changes(items) -> dict:
     return out  # a bad value is named when the scorecard plans its runs, before anything trains
 
 
-def _list_claims(task: str, as_json: bool) -> int:
-    """The claims and what each measures on ``task`` (or why it cannot be read there)."""
+def _list_claims(task: str, as_json: bool, scale: str = "small") -> int:
+    """The claims and what each measures on ``task`` at ``scale`` (or why it cannot be read there)."""
     from dpviz import reproduce
 
     rows = [{"id": c.id, "seed": c.seed, "paper": reproduce.PAPERS[c.seed][0], "title": reproduce.PAPERS[c.seed][1],
-             "sentence": c.sentence, "preset": c.experiment(task), "readable": why is None, "why_not": why,
-             "private": c.private} for c in reproduce.CLAIMS for why in [c.why_not(task)]]
+             "sentence": c.sentence, "preset": c.experiment(task, scale), "readable": why is None, "why_not": why,
+             "private": c.private, "scales": list(c.scales)} for c in reproduce.CLAIMS for why in [c.why_not(task, scale)]]
     print(dump(rows) if as_json else "\n".join(
         f"{r['id']:<16} [{r['paper']}] {r['sentence']}  ({r['why_not'] or r['preset']})" for r in rows))
     return 0
@@ -167,8 +172,10 @@ def cmd_reproduce(args) -> int:
     from dpviz.tasks import task
 
     task(args.task, "task")  # a one-line error naming the tasks
+    if args.scale not in reproduce.SCALES:
+        raise ConfigError("scale", f"one of {', '.join(reproduce.SCALES)}", args.scale)
     if args.list:
-        return _list_claims(args.task, args.json)
+        return _list_claims(args.task, args.json, args.scale)
     unknown = sorted(set(args.claims or ()) - set(reproduce.REGISTRY))
     if unknown:
         raise ConfigError("claims", f"some of {', '.join(reproduce.REGISTRY)}", unknown[0])
@@ -180,9 +187,15 @@ def cmd_reproduce(args) -> int:
     def progress(done, total, claim):
         print(f"\r[{done}/{total}] {claim:<16}", end="", file=sys.stderr, flush=True)
 
-    rows = reproduce.run(args.claims, task=args.task, seeds=tuple(range(args.seeds)),
-                         changes=parse_changes(args.changes), cache_dir=args.cache_dir, progress=progress,
-                         workers=args.workers)
+    changes = parse_changes(args.changes)
+    if args.device:
+        changes["device"] = args.device
+    if args.scale != "small" and not any(c.why_not(args.task, args.scale) is None for c in reproduce.CLAIMS):
+        raise ConfigError("scale", f"a size task {args.task} has: "
+                          f"{', '.join(s for s in reproduce.SCALES if s == 'small' or args.task in reproduce.SCALES[s])}",
+                          args.scale)
+    rows = reproduce.run(args.claims, task=args.task, seeds=tuple(range(args.seeds)), changes=changes,
+                         cache_dir=args.cache_dir, progress=progress, workers=args.workers, scale=args.scale)
     print(file=sys.stderr)
     if args.json:
         print(dump(rows))

@@ -32,3 +32,34 @@ def claim_figure(row: dict) -> go.Figure:
                          error_y=dict(type="data", array=[v["std"] for v in stats.values()]),
                          marker_color=VERDICT_COLORS[row["verdict"]], showlegend=False))
     return _layout(fig, title, None, "measured (mean ± std over seeds)")
+
+
+def scale_figure(rows: dict[str, dict]) -> go.Figure | None:
+    """One claim's curves at every size side by side, from its rows (size → row; `scorecard.curves`): kNN
+    accuracy of the backbone features over the DP steps (the dip), or mean log₁₀ D_l over depth (the law);
+    None for a claim whose figure is its bars alone."""
+    from plotly.subplots import make_subplots
+
+    kind = "knn" if any("knn" in r for r in rows.values()) else "depth" if any("depth" in r for r in rows.values()) else None
+    if kind is None:
+        return None
+    sizes = [s for s, r in rows.items() if kind in r]
+    fig = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"{s}: {rows[s]['verdict']}" for s in sizes])
+    groups = sorted({g for s in sizes for g in rows[s][kind]})
+    for col, s in enumerate(sizes, 1):
+        for i, g in enumerate(groups):
+            data = rows[s][kind].get(g)
+            if data is None:
+                continue
+            x, y = ([p[0] for p in data], [p[1] for p in data]) if kind == "knn" else (list(range(len(data))), data)
+            fig.add_trace(go.Scatter(x=x, y=y, name=g, legendgroup=g, showlegend=col == 1, mode="lines+markers",
+                                     line=dict(color=SERIES[i % len(SERIES)], dash=DASHES[i % len(DASHES)])),
+                          row=1, col=col)
+    first = next(iter(rows.values()))
+    title = f"{first['id']} along the scale axis · {first['task']}<br>{first.get('paper', first['seed'])}"
+    x_title, y_title = (("DP step", "kNN accuracy (fraction)") if kind == "knn"
+                        else ("layer l", "log₁₀ D_l (mean over seeds)"))
+    _layout(fig, title, x_title, y_title)
+    for col in range(2, len(sizes) + 1):
+        fig.update_xaxes(title_text=x_title, row=1, col=col)
+    return fig

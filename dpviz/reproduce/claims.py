@@ -48,6 +48,7 @@ class Claim:
         private: its measurement reads statistics of private data (kNN, separability, curvature), which
             the DP guarantee does not cover.
         needs_public: its experiment has a public phase, so a task needs public data of its own modality.
+        scales: the sizes (`SCALES`) it is read at: the scale-sensitive claims all three, the rest small.
     """
 
     id: str
@@ -59,20 +60,31 @@ class Claim:
     judge: Callable[[dict], tuple[str, str]]
     private: bool = False
     needs_public: bool = False
+    scales: tuple[str, ...] = ("small",)
 
-    def experiment(self, task: str) -> str:
-        """The experiment on ``task``, in words."""
+    def experiment(self, task: str, scale: str = "small") -> str:
+        """The experiment on ``task`` at ``scale``, in words."""
         model = MODELS.get(task, task)
         fractions, epsilons = SWEEPS.get(task, SWEEPS["default"])
         sweep = (f"p ∈ {{{fractions[0]:g}, {fractions[1]:g}, …, {fractions[-1]:g}}}, "
                  f"ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}")
-        return self.preset.format(model=model, law="built-in ViT" if task == "default" else model, sweep=sweep)
+        size = SCALES.get(scale, {}).get(task) if scale != "small" else None
+        text = self.preset.format(model=model, law="built-in ViT" if task == "default" else model, sweep=sweep,
+                                  knn_every=6 * (size or {}).get("every", 1))
+        if size:
+            text += f"; {scale}: {size['train_size']:,} examples, ≈ {steps_of(size):,} DP steps"
+        return text
 
-    def why_not(self, task: str) -> str | None:
-        """Why the claim cannot be read on ``task`` (one sentence), or None when it can."""
+    def why_not(self, task: str, scale: str = "small") -> str | None:
+        """Why the claim cannot be read on ``task`` at ``scale`` (one sentence), or None when it can."""
         from dpviz import catalog
 
         t = _tasks.task(task)
+        if scale != "small" and task not in SCALES.get(scale, {}):
+            sizes = [s for s in SCALES if task in SCALES[s] or s == "small"]
+            return f"task {task} has no size {scale} (its sizes: {', '.join(sizes)})"
+        if scale not in self.scales:
+            return f"read at {', '.join(self.scales)} only: it is not among the scale-sensitive claims"
         if self.needs_public:
             public = t.public and catalog.DATASETS.get(t.public)
             if not public or public.modality != t.modality:
@@ -91,6 +103,43 @@ SCALE: dict[str, dict] = {
 3 epochs (sparse's schedule needs 3, and every claim compares at equal epochs) on 1,000 examples (32
 tokens for text) with B = 64 — the presets' sampling rate q = B/n = 0.064 — so that 3 seeds of every
 claim finish in under 90 minutes on a 2-core CPU (README, "The claims on real models")."""
+SCALES: dict[str, dict[str, dict]] = {
+    "small": SCALE,
+    "medium": {"real-vision": dict(train_size=11000, batch_size=64, epochs=3, every=4)},
+    "large": {"real-vision": dict(train_size=43000, batch_size=64, epochs=3, every=8)},
+}
+"""The scorecard's sizes: per size, per task that has it, what every run sets beyond the task's own fields.
+``small`` is `SCALE`. The larger sizes keep its 3 epochs at B = 64 and grow the training set, so the
+number of DP steps grows with it: on real-vision ≈ 48 (1,000 images), ≈ 516 (11,000) and ≈ 2,016
+(43,000 of Fashion-MNIST's 60,000). ``every`` multiplies the checkpoint interval of the runs whose
+features a claim reads (kNN every 6 steps at small: every 24 at medium, 48 at large, so 21 to 42
+readings a run instead of 8). Only the claims that name a size in `Claim.scales` are read at it: the
+budget sweep's 132 runs a size stay at small."""
+SCALE_NAMES = tuple(SCALES)
+SCALED = ("small", "medium", "large")  # a scale-sensitive claim's sizes (`Claim.scales`)
+
+
+def steps_of(fields: dict) -> int:
+    """DP steps of a run of ``fields`` (train_size, batch_size, epochs): the expected batch is B, so
+    ⌈n / B⌉ a pass."""
+    return -(-fields["train_size"] // fields["batch_size"]) * fields["epochs"]
+
+
+def size_fields(task: str, scale: str = "small") -> dict:
+    """What every run of ``scale`` on ``task`` sets (its `SCALES` fields, ``every`` left out)."""
+    return {k: v for k, v in SCALES[scale].get(task, {}).items() if k != "every"}
+
+
+def at_scale(cfg: RunConfig, task: str, scale: str) -> RunConfig:
+    """``cfg`` (a claim's run at small) at ``scale``: the size's data and epochs, and a checkpoint
+    interval ``every`` times small's where the run checkpoints at an interval (and no weights kept)."""
+    if scale == "small":
+        return cfg
+    every = SCALES[scale][task].get("every", 1)
+    extra = {"checkpoint_every": cfg.checkpoint_every * every} if cfg.checkpoint_every > 0 else {}
+    if cfg.keep_weights == "checkpoints":  # only the curvature claim reads weights, and it is read at small
+        extra["keep_weights"] = "none"
+    return cfg.replace(**size_fields(task, scale), **extra)
 MODELS = {"default": "CNN", "real-text": "MiniLM on tweets", "real-vision": "EfficientNet-Lite0 on Fashion-MNIST"}
 """How an experiment names each task's model and data."""
 
@@ -164,14 +213,16 @@ def _law(store, groups) -> dict:
 
 def _law_tuned(store, groups) -> dict:
     m = _law(store, groups)["tuned"]
-    return {**m, "groups": {"R² from layer 1": m["r2_from_1"], "R² all layers": m["r2_all"]}}
+    return {**m, "groups": {"R² from layer 1": m["r2_from_1"], "R² all layers": m["r2_all"]},
+            "depth": {"auto rate": m["fuzziness"]}}
 
 
 def _law_constant(store, groups) -> dict:
     m = _law(store, groups)
     return {"r2_constant": m["constant"]["r2_from_1"], "r2_tuned": m["tuned"]["r2_from_1"],
             "rho_constant": m["constant"]["rho_from_1"], "rho_tuned": m["tuned"]["rho_from_1"],
-            "groups": {"constant rate": m["constant"]["r2_from_1"], "auto rate": m["tuned"]["r2_from_1"]}}
+            "groups": {"constant rate": m["constant"]["r2_from_1"], "auto rate": m["tuned"]["r2_from_1"]},
+            "depth": {"constant rate": m["constant"]["fuzziness"], "auto rate": m["tuned"]["fuzziness"]}}
 
 
 def _decelerator(store, groups) -> dict:
@@ -231,12 +282,12 @@ at most (the analysis's default is 100; a probe through MiniLM takes about half 
 result's standard error says what 30 buy); dpviz's own backbones keep the default (and their stored
 analyses)."""
 CLAIMS: tuple[Claim, ...] = (
-    Claim(id="000-lpfft", seed="000", sentence="At small ε, DP-LP-FFT is at least as accurate as DP-FFT.",
+    Claim(id="000-lpfft", scales=SCALED, seed="000", sentence="At small ε, DP-LP-FFT is at least as accurate as DP-FFT.",
           preset="{model}, ε = 1, LP-FFT (p = 0.3) vs FFT", measure=_pair, judge=judge_pair,
           configs=lambda t, s: {"DP-LP-FFT": _runs(strategy="lp-fft", epsilon=1.0)(t, s),
                                 "DP-FFT": _FFT1(t, s)}),
-    Claim(id="000-dip", private=True, seed="000", sentence="DP-FFT's feature quality (kNN) dips early; DP-LP-FFT's "
-          "does not.", preset="{model}, ε = 8, kNN of the backbone features every 6 steps", measure=_knn_dip,
+    Claim(id="000-dip", scales=SCALED, private=True, seed="000", sentence="DP-FFT's feature quality (kNN) dips early; DP-LP-FFT's "
+          "does not.", preset="{model}, ε = 8, kNN of the backbone features every {knn_every} steps", measure=_knn_dip,
           judge=judge_dip,
           configs=lambda t, s: {g: _runs(strategy=g, epsilon=8.0, checkpoint_every=6, reads="features")(t, s)
                                for g in ("fft", "lp-fft")}),
@@ -245,10 +296,10 @@ CLAIMS: tuple[Claim, ...] = (
           judge=judge_interior, configs=_budget),
     Claim(id="001-shift", seed="001", sentence="The best LP share grows as ε shrinks.",
           preset="the same sweep", measure=_curves, judge=judge_shift, configs=_budget),
-    Claim(id="002-law", private=True, seed="002", sentence="Under DP with tuned hyperparameters, log D_l is linear in "
+    Claim(id="002-law", scales=SCALED, private=True, seed="002", sentence="Under DP with tuned hyperparameters, log D_l is linear in "
           "depth (R² ≥ 0.9 from layer 1 on and over all layers).", preset="{law}, DP-FFT, ε = 8, auto rates",
           measure=_law_tuned, judge=judge_law, configs=lambda t, s: {"tuned": _LAW8(t, s)}),
-    Claim(id="002-constant", private=True, seed="002", sentence="With a constant learning rate at ε = 1 the law breaks.",
+    Claim(id="002-constant", scales=SCALED, private=True, seed="002", sentence="With a constant learning rate at ε = 1 the law breaks.",
           preset="{law}, DP-FFT, ε = 1, lr 0.05 vs auto", measure=_law_constant, judge=judge_law_breaks,
           configs=lambda t, s: {"constant": _runs(**_LAW, epsilon=1.0, lr_ft=0.05)(t, s),
                                 "tuned": _law_tuned1(t, s)}),

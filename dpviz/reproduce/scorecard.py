@@ -9,26 +9,31 @@ from typing import Callable
 import numpy as np
 
 from dpviz.config import RunConfig
-from dpviz.reproduce.claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim
+from dpviz.reproduce.claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim, at_scale
 from dpviz.reproduce.verdicts import NOT_READ, mean_std
 
 
-def plan(claims, seeds, task: str = "default", changes: dict | None = None) -> dict[str, dict[str, list[RunConfig]]]:
-    """claim id → group → its runs' configs on ``task`` (claims it cannot read left out); ``changes``:
-    fields set on every run (e.g. a tiny size for a smoke test)."""
-    return {c.id: {g: [cfg.replace(**changes) if changes else cfg for cfg in cfgs]
-                   for g, cfgs in c.configs(task, tuple(seeds)).items()}
-            for c in claims if c.why_not(task) is None}
+def plan(claims, seeds, task: str = "default", changes: dict | None = None,
+         scale: str = "small") -> dict[str, dict[str, list[RunConfig]]]:
+    """claim id → group → its runs' configs on ``task`` at ``scale`` (`claims.SCALES`; claims it cannot read
+    there left out); ``changes``: fields set on every run after the size's (e.g. a tiny size for a smoke
+    test, or the device)."""
+    def sized(cfg):
+        cfg = at_scale(cfg, task, scale)
+        return cfg.replace(**changes) if changes else cfg
+
+    return {c.id: {g: [sized(cfg) for cfg in cfgs] for g, cfgs in c.configs(task, tuple(seeds)).items()}
+            for c in claims if c.why_not(task, scale) is None}
 
 
-def _header(claim: Claim, task: str) -> dict:
-    return {"id": claim.id, "task": task, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed],
-            "paper": PAPERS[claim.seed][0], "claim": claim.sentence, "preset": claim.experiment(task)}
+def _header(claim: Claim, task: str, scale: str = "small") -> dict:
+    return {"id": claim.id, "task": task, "scale": scale, "seed": claim.seed, "seed_file": SEED_FILES[claim.seed],
+            "paper": PAPERS[claim.seed][0], "claim": claim.sentence, "preset": claim.experiment(task, scale)}
 
 
-def unreadable_row(claim: Claim, task: str) -> dict:
-    """The row of a claim ``task`` cannot read: why, in place of a verdict."""
-    return {**_header(claim, task), "verdict": NOT_READ, "reading": claim.why_not(task), "measured": {},
+def unreadable_row(claim: Claim, task: str, scale: str = "small") -> dict:
+    """The row of a claim ``task`` cannot read at ``scale``: why, in place of a verdict."""
+    return {**_header(claim, task, scale), "verdict": NOT_READ, "reading": claim.why_not(task, scale), "measured": {},
             "private_statistics": claim.private, "seeds": 0, "run_ids": {}}
 
 
@@ -36,7 +41,7 @@ ONE_SEED = ("From one seed there is no spread to judge a difference by: this ver
             "(run 2 seeds or more, 3 for a mean ± std).")
 
 
-def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default") -> dict:
+def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default", scale: str = "small") -> dict:
     """The scorecard row of ``claim`` from its runs' summaries (JSON-ready)."""
     m = claim.measure(store, groups)
     verdict, reading = claim.judge(m)
@@ -52,30 +57,45 @@ def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default
     if "dominant" in m:
         stats = {"decelerator dominant (share)": {"mean": float(np.mean([d == "decelerator" for d in m["dominant"]]
                                                                           or [0.0])), "std": 0.0}}
-    return {**_header(claim, task), "verdict": verdict, "reading": reading, "measured": stats, "private_statistics": claim.private,
+    return {**_header(claim, task, scale), "verdict": verdict, "reading": reading, "measured": stats, "private_statistics": claim.private,
             **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": n_seeds,
-            "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}}
+            "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}, **curves(m)}
+
+
+def curves(m: dict) -> dict:
+    """What a claim's figure draws, averaged over seeds (JSON-ready, so a results file draws it too):
+    ``knn``: group → [[step, mean kNN accuracy]] (the dip); ``depth``: group → mean log₁₀ D_l per layer (the
+    law)."""
+    out = {}
+    if "series" in m:  # group → per seed {step: kNN accuracy}; seeds share their checkpoint steps
+        out["knn"] = {g: [[int(st), float(np.mean([r[st] for r in runs if st in r]))] for st in sorted(runs[0])]
+                      for g, runs in m["series"].items()}
+    if "depth" in m:  # group → per seed [D_l per layer]
+        out["depth"] = {g: [float(v) for v in np.mean(np.log10(np.maximum(np.array(fz, dtype=float), 1e-300)), 0)]
+                        for g, fz in m["depth"].items()}
+    return out
 
 
 def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None, cache_dir=None,
-        progress: Callable | None = None, cancel=None, workers: int = 1) -> list[dict]:
+        progress: Callable | None = None, cancel=None, workers: int = 1, scale: str = "small") -> list[dict]:
     """Train what the chosen claims need on ``task`` (finished runs answer from the cache) and return their rows.
 
     Args:
         claims: claim ids (default: all of `CLAIMS`).
-        task: a task of `dpviz.tasks` (its runs at the scorecard scale `claims.SCALE`).
+        task: a task of `dpviz.tasks`.
         seeds: the seeds of every experiment (≥ 3 for a mean ± std).
         changes: fields set on every run (a smaller size to try the scorecard); rows read with the same.
         cache_dir: the store.
         progress: called with (runs done, runs in all, the claim id being run).
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
         workers: processes that train the runs first (`train`; 1: this process trains them).
+        scale: the size (`claims.SCALES`): small, or a larger one the scale-sensitive claims are read at.
     """
     from dpviz.runner import run as run_one
     from dpviz.store import Store
 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
-    todo = plan(chosen, seeds, task, changes)  # a bad change is refused before the store opens (or is made)
+    todo = plan(chosen, seeds, task, changes, scale)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
     if workers > 1:
         train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress, cancel=cancel)
@@ -83,7 +103,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     done, rows, memo = 0, [], {}
     for claim in chosen:
         if claim.id not in todo:
-            rows.append(unreadable_row(claim, task))
+            rows.append(unreadable_row(claim, task, scale))
             continue
         groups = {}
         for g, cfgs in todo[claim.id].items():
@@ -97,7 +117,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
                 done += 1
                 if progress:
                     progress(done, total, claim.id)
-        rows.append(row(claim, store, groups, task))
+        rows.append(row(claim, store, groups, task, scale))
     return rows
 
 
@@ -140,18 +160,18 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
 
 
 def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None,
-                cache_dir=None) -> list[dict]:
-    """The rows on ``task`` whose runs are all finished in the store (and those of claims it cannot read),
-    training nothing (for pages)."""
+                cache_dir=None, scale: str = "small") -> list[dict]:
+    """The rows on ``task`` at ``scale`` whose runs are all finished in the store (and those of claims it
+    cannot read), training nothing (for pages)."""
     from dpviz.store import Store
 
     store = Store(cache_dir)
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
-    todo = plan(chosen, seeds, task, changes)
+    todo = plan(chosen, seeds, task, changes, scale)
     out = []
     for claim in chosen:
         if claim.id not in todo:
-            out.append(unreadable_row(claim, task))
+            out.append(unreadable_row(claim, task, scale))
             continue
         groups = {}
         for g, cfgs in todo[claim.id].items():
@@ -161,7 +181,7 @@ def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes:
             groups[g] = hits
         else:
             try:
-                out.append(row(claim, store, groups, task))
+                out.append(row(claim, store, groups, task, scale))
             except Exception:  # an analysis not computable yet (e.g. a checkpoint being written)
                 continue
     return out

@@ -1,0 +1,140 @@
+"""The scorecard's scale axis: the sizes' declarations, their grid, the public proxy at size, one claim at a tiny
+custom size from the command line, and the figure of a claim at every size."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dpviz import reproduce as r
+from dpviz.figures.reproduce import scale_figure
+
+SCALED_TASKS = [(s, t) for s in r.SCALES for t in r.SCALES[s] if s != "small"]
+
+
+def test_the_sizes_grow_the_data_and_the_steps_at_small_s_epochs_and_batch():
+    """small is today's SCALE; on real-vision the larger sizes reach ≈ 500 and ≈ 2,000 DP steps on more of
+    Fashion-MNIST's 60,000 images, at the same 3 epochs and B = 64."""
+    assert r.SCALES["small"] is r.SCALE and r.SCALE_NAMES == ("small", "medium", "large")
+    small, medium, large = (r.SCALES[s]["real-vision"] for s in r.SCALE_NAMES)
+    assert small["train_size"] < medium["train_size"] < large["train_size"] <= 60000
+    assert all((x["batch_size"], x["epochs"]) == (64, 3) for x in (small, medium, large))
+    assert r.steps_of(small) == 48 and 500 <= r.steps_of(medium) < 600 and 2000 <= r.steps_of(large) < 2200
+
+
+@pytest.mark.parametrize("scale,task", SCALED_TASKS)
+def test_every_scale_sensitive_claim_plans_its_runs_with_the_size_s_data_and_steps(scale, task):
+    """At a larger size the scale-sensitive claims plan 3 seeds each with the size's fields, checkpoints
+    `every` times as far apart as at small, and no weights; the other claims say why they are not read."""
+    small = r.plan(r.CLAIMS, (0, 1, 2), task)
+    sized = r.plan(r.CLAIMS, (0, 1, 2), task, scale=scale)
+    every = r.SCALES[scale][task]["every"]
+    assert set(sized) == {c.id for c in r.CLAIMS if scale in c.scales} == {"000-lpfft", "000-dip", "002-law",
+                                                                              "002-constant"}
+    for cid, groups in sized.items():
+        assert groups.keys() == small[cid].keys()
+        for g, cfgs in groups.items():
+            assert [c.seed for c in cfgs] == [0, 1, 2]
+            for big, base in zip(cfgs, small[cid][g]):
+                assert all(getattr(big, k) == v for k, v in r.size_fields(task, scale).items())
+                assert big.checkpoint_every == (base.checkpoint_every * every if base.checkpoint_every > 0
+                                                else base.checkpoint_every)
+                assert big.keep_weights != "checkpoints" and big.replace(
+                    train_size=base.train_size, checkpoint_every=base.checkpoint_every,
+                    keep_weights=base.keep_weights) == base  # nothing else changes
+    for c in r.CLAIMS:
+        if scale not in c.scales:
+            assert "read at small only" in c.why_not(task, scale)
+    assert "has no size" in r.REGISTRY["000-dip"].why_not("default", scale)
+
+
+# the sizes whose searches are not in the shipped grid yet (scripts/build_auto_grid.py --scale S --epsilons E):
+# each takes hours on a 2-core CPU (README, "The scale axis"); strict, so a grid that answers them fails here
+# until they are taken off this list
+NOT_BUILT = {("medium", 1.0), ("large", 1.0), ("large", 8.0)}
+
+
+def _sized_runs():
+    for scale, task in SCALED_TASKS:
+        seen = {}
+        for cid, groups in r.plan(r.CLAIMS, (0,), task, scale=scale).items():
+            seen.update({cfg.hash(): (cid, g, cfg) for g, cfgs in groups.items() for cfg in cfgs})
+        for eps in sorted({cfg.epsilon for _, _, cfg in seen.values()}):
+            runs = [x for x in seen.values() if x[2].epsilon == eps]
+            yield pytest.param(runs, id=f"{task}-{scale}-eps{eps:g}", marks=[pytest.mark.xfail(
+                strict=True, reason="not built yet")] if (scale, eps) in NOT_BUILT else [])
+
+
+@pytest.mark.parametrize("runs", list(_sized_runs()))
+def test_the_shipped_grid_answers_every_run_of_a_size(tmp_path, runs):
+    """Each size's learning rates come from the shipped grid, searched on the public glyphs at that size:
+    a scorecard at the size trains no search."""
+    from dpviz import autotune
+
+    for cid, g, cfg in runs:
+        _, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
+        assert res.source in ("shipped", "unused"), (cid, g, res.source)
+        if res.source == "shipped":
+            entry = next(e for e in json.loads(autotune.GRID_PATH.read_text())["entries"]
+                         if json.dumps(e["key"], sort_keys=True) == res.key)
+            assert entry["proxy"] == "glyphs" and entry["size"]["train_size"] == cfg.train_size
+
+
+def test_the_public_glyphs_grow_to_a_larger_size_and_keep_their_first_images():
+    """A proxy search for 11,000 private images trains on 11,000 glyphs (as many steps), whose first 1,500
+    are the glyphs every smaller search used."""
+    from dpviz import tasks
+    from dpviz.data import load
+    from dpviz.data.glyphs import N_TRAIN, load_glyphs
+
+    base = load_glyphs()
+    cfg = tasks.config("real-vision", **r.size_fields("real-vision", "medium"), dataset="glyphs")
+    big = load(cfg)
+    assert base.x_train.shape[0] == N_TRAIN and big.x_train.shape[0] == cfg.train_size
+    grown = load_glyphs(cfg)
+    assert torch.equal(grown.x_train[:N_TRAIN], base.x_train) and torch.equal(grown.x_test, base.x_test)
+    assert not torch.equal(grown.x_train[N_TRAIN:2 * N_TRAIN], base.x_train)  # new glyphs, not copies
+    assert torch.bincount(grown.y_train, minlength=10).min() > cfg.train_size // 20  # every class drawn
+
+
+def test_a_claim_at_a_tiny_custom_size_from_the_command_line(cli_env, cache_dir):
+    """002-law at --scale medium with a tiny training set (--set): the row is the size's, its runs checkpoint
+    at the size's interval, its curves (log D_l over depth) are in the row; a bad size is one line, exit 2."""
+    cmd = [sys.executable, "-m", "dpviz", "reproduce", "--task", "real-vision", "--claims", "002-law", "--seeds", "2",
+           "--scale", "medium", "--device", "cpu", "--set", "train_size=128", "eval_subset=40", "lr_ft=0.05", "--json"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert (row["id"], row["scale"], row["seeds"]) == ("002-law", "medium", 2) and row["verdict"] in r.VERDICTS
+    assert "medium: 11,000 examples" in row["preset"] and "kNN" not in row["preset"]
+    from dpviz.store import Store
+
+    cfg = Store(cache_dir).get_run(row["run_ids"]["tuned"][0])["config"]
+    assert (cfg["train_size"], cfg["checkpoint_every"], cfg["epsilon"]) == (128, 6 * 4, 8.0)
+    assert len(row["depth"]["auto rate"]) == 8  # the stem + EfficientNet-Lite0's 7 stages, mean log₁₀ D_l
+    assert [row] == r.stored_rows(["002-law"], task="real-vision", seeds=(0, 1), scale="medium", cache_dir=cache_dir,
+                                  changes={"train_size": 128, "eval_subset": 40, "lr_ft": 0.05, "device": "cpu"})
+    assert r.stored_rows(["002-law"], task="real-vision", seeds=(0, 1), cache_dir=cache_dir,  # small's are other runs
+                         changes={"train_size": 128, "eval_subset": 40, "lr_ft": 0.05}) == []
+    bad = subprocess.run(cmd[:4] + ["--scale", "large"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr == "dpviz: error: scale: a size task default has: small; got 'large'\n"
+    bad = subprocess.run(cmd[:4] + ["--scale", "huge"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: scale: one of small, medium, large")
+
+
+def test_a_claim_s_figure_at_every_size_side_by_side():
+    """kNN over the DP steps per size (the dip) and log D_l over depth per size (the law), from rows alone."""
+    def row(size, **curves):
+        return {"id": "000-dip", "task": "real-vision", "seed": "000", "paper": "Ke et al. 2024", "verdict": r.AGREES,
+                "scale": size, **curves}
+
+    fig = scale_figure({"small": row("small", knn={"fft": [[0, 0.8], [6, 0.7]], "lp-fft": [[0, 0.8], [6, 0.82]]}),
+                        "medium": row("medium", knn={"fft": [[0, 0.8], [24, 0.75], [48, 0.85]]})})
+    assert [a.text for a in fig.layout.annotations] == ["small: agrees", "medium: agrees"]
+    assert [(t.name, t.xaxis) for t in fig.data] == [("fft", "x"), ("lp-fft", "x"), ("fft", "x2")]
+    assert list(fig.data[2].x) == [0, 24, 48] and fig.data[2].showlegend is False
+    law = scale_figure({"small": row("small", depth={"auto rate": [1.0, 0.5, 0.1]})})
+    assert list(law.data[0].x) == [0, 1, 2] and law.layout.yaxis.title.text.startswith("log₁₀ D_l")
+    assert scale_figure({"small": row("small")}) is None  # a claim whose figure is its bars
