@@ -74,8 +74,9 @@ def test_a_non_private_search_tries_plain_step_rates_and_says_when_none_trained(
     cfg = RunConfig(**{**SMALL, "strategy": "lp"}, epsilon=float("inf"))
     resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=2)
     tried = [r["config"]["lr_lp"] for r in Store(cache_dir).list_runs(kind="search")]
-    assert max(tried) == pytest.approx(1e-8) and min(tried) >= 1e-10 * 0.999 and all(float(r["config"]["epsilon"]) == math.inf
-                                                      for r in Store(cache_dir).list_runs(kind="search"))
+    lo, hi = min(tried), max(tried)  # the range, then the decade beyond the end whose trial had the lower loss
+    assert (hi == pytest.approx(1e-8) and lo >= 1e-10 * 0.999) or (lo == pytest.approx(1e-9) and hi <= 1e-7 * 1.001)
+    assert all(float(r["config"]["epsilon"]) == math.inf for r in Store(cache_dir).list_runs(kind="search"))
     assert res.proxy_accuracy <= 0.19 and "ended near chance on glyphs" in res.as_dict()["warning"]
     assert autotune.space_of(["lr_lp"], private=True)["lr_lp"] == list(autotune.RANGES["lr_lp"])
 

@@ -138,3 +138,26 @@ def test_a_claim_s_figure_at_every_size_side_by_side():
     law = scale_figure({"small": row("small", depth={"auto rate": [1.0, 0.5, 0.1]})})
     assert list(law.data[0].x) == [0, 1, 2] and law.layout.yaxis.title.text.startswith("log₁₀ D_l")
     assert scale_figure({"small": row("small")}) is None  # a claim whose figure is its bars
+
+
+def test_a_saturated_proxy_s_tie_goes_to_the_lower_loss_not_to_the_range_s_end():
+    """Rates whose proxy accuracy ties at 1.0 (the glyphs at a larger size) are told apart by their test loss,
+    as the medium grid's DP-FFT search at ε = 8 found; equal losses (or none) keep the earliest trial."""
+    import optuna
+
+    from dpviz import autotune
+
+    dist = {"lr_ft": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+
+    def trial(number, lr, acc, loss):
+        t = optuna.trial.create_trial(params={"lr_ft": lr}, distributions=dist, value=acc,
+                                      user_attrs={"summary": {"test_loss": loss}})
+        t.number = number
+        return t
+
+    done = [trial(0, 0.001, 1.0, 0.0039), trial(1, 0.00226, 1.0, 0.00038), trial(2, 0.0051, 1.0, 0.0005),
+            trial(3, 0.0115, 0.988, 0.035), trial(4, 0.026, 0.1, 2.7)]
+    assert autotune.best_trial(done).params["lr_ft"] == 0.00226
+    assert autotune.best_trial(done[3:]).params["lr_ft"] == 0.0115  # accuracy first
+    same = [trial(0, 0.001, 0.5, None), trial(1, 0.002, 0.5, None)]
+    assert autotune.best_trial(same).number == 0
