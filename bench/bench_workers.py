@@ -3,7 +3,7 @@
 Both train the same distinct runs (a real task's scorecard-size DP runs, seeds 0..k-1) into fresh
 stores, side by side in one invocation: first one process with torch on all cores, run after run (what
 `reproduce` does without --workers), then `dpviz.reproduce.scorecard.train` with N single-threaded
-processes. Prints the wall time of each and the ratio.
+processes. Prints the wall time of each and the ratio, and writes them to bench/results/workers.json.
 Usage: python bench/bench_workers.py [--task real-vision] [--strategy fft] [--runs 4] [--workers 2]
 """
 
@@ -22,6 +22,7 @@ from dpviz.reproduce.claims import KEEP
 from dpviz.reproduce.scorecard import train
 from dpviz.runner import run
 from dpviz.store import Store
+from results import record
 
 
 def main():
@@ -46,10 +47,13 @@ def main():
         finished = train(cfgs, workers=a.workers, cache_dir=pool)
         parallel = time.perf_counter() - t0
     assert finished == len(cfgs), f"{finished} of {len(cfgs)} runs finished in the pool"
-    print(f"| {a.task} {a.strategy}, {a.runs} runs | 1 process × {cores} threads | {a.workers} workers × "
-          f"{max(1, cores // a.workers)} thread | ratio |")
-    print("|---|---|---|---|")
-    print(f"| wall time | {serial:.0f} s | {parallel:.0f} s | {serial / parallel:.2f}× |")
+    columns = [f"{a.task} {a.strategy}, {a.runs} runs", f"1 process × {cores} threads",
+               f"{a.workers} workers × {max(1, cores // a.workers)} thread", "ratio"]
+    rows = [["wall time", f"{serial:.0f} s", f"{parallel:.0f} s", f"{serial / parallel:.2f}×"]]
+    print("| " + " | ".join(columns) + " |\n|---|---|---|---|\n| " + " | ".join(rows[0]) + " |")
+    record("workers", title="Scorecard runs: one process on every core vs worker processes", columns=columns,
+           rows=rows, notes="the same distinct runs into fresh stores, one after the other in one invocation; the "
+                            "workers' start (each imports torch and loads the backbone) included")
 
 
 if __name__ == "__main__":

@@ -161,3 +161,25 @@ def test_a_saturated_proxy_s_tie_goes_to_the_lower_loss_not_to_the_range_s_end()
     assert autotune.best_trial(done[3:]).params["lr_ft"] == 0.0115  # accuracy first
     same = [trial(0, 0.001, 0.5, None), trial(1, 0.002, 0.5, None)]
     assert autotune.best_trial(same).number == 0
+
+
+def test_a_grid_build_with_workers_shares_its_searches_trials_and_trains_each_once(tmp_path, cli_env):
+    """`build_auto_grid.py --workers 2`: the worker processes run one search's trials between them, each
+    trial trained once, and the entry is read from the finished search as a one-process build writes it."""
+    from pathlib import Path
+
+    from dpviz.store import Store
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "build_auto_grid.py"
+    out = subprocess.run([sys.executable, str(script), "--strategies", "fft", "--epsilons", "1", "--workers", "2",
+                          "--cache-dir", str(tmp_path / "g"), "--out", str(tmp_path / "grid.json"), "--threads", "1"],
+                         env=cli_env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 workers ran its trials (0 failed)" in out.stdout
+    (entry,) = json.loads((tmp_path / "grid.json").read_text())["entries"]
+    (point,) = entry["points"]
+    runs = Store(tmp_path / "g").list_runs()
+    assert point["trials"] == 8 and len(runs) == 8 and {r["status"] for r in runs} == {"finished"}
+    assert len({r["config_hash"] for r in runs}) == 8  # no trial trained twice
+    assert len({r["owner"] for r in runs}) == 2  # both workers trained (owner: host:pid:start)
+    assert point["values"]["lr_ft"] in {r["config"]["lr_ft"] for r in runs}
