@@ -41,8 +41,9 @@ def test_every_scale_sensitive_claim_plans_its_runs_with_the_size_s_data_and_ste
                 assert all(getattr(big, k) == v for k, v in r.size_fields(task, scale).items())
                 assert big.checkpoint_every == (base.checkpoint_every * every if base.checkpoint_every > 0
                                                 else base.checkpoint_every)
+                assert big.eval_every == (base.eval_every * every if base.eval_every < 10**6 else base.eval_every)
                 assert big.keep_weights != "checkpoints" and big.replace(
-                    train_size=base.train_size, checkpoint_every=base.checkpoint_every,
+                    train_size=base.train_size, checkpoint_every=base.checkpoint_every, eval_every=base.eval_every,
                     keep_weights=base.keep_weights) == base  # nothing else changes
     for c in r.CLAIMS:
         if scale not in c.scales:

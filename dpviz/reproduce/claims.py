@@ -111,9 +111,9 @@ SCALES: dict[str, dict[str, dict]] = {
 """The scorecard's sizes: per size, per task that has it, what every run sets beyond the task's own fields.
 ``small`` is `SCALE`. The larger sizes keep its 3 epochs at B = 64 and grow the training set, so the
 number of DP steps grows with it: on real-vision ≈ 48 (1,000 images), ≈ 516 (11,000) and ≈ 2,016
-(43,000 of Fashion-MNIST's 60,000). ``every`` multiplies the checkpoint interval of the runs whose
-features a claim reads (kNN every 6 steps at small: every 24 at medium, 48 at large, so 21 to 42
-readings a run instead of 8). Only the claims that name a size in `Claim.scales` are read at it: the
+(43,000 of Fashion-MNIST's 60,000). ``every`` multiplies the checkpoint and test intervals of the runs
+whose features a claim reads (kNN every 6 steps at small: every 24 at medium, 48 at large, so 21 to 42
+readings a run instead of 8; a test pass every 40 and 80 steps instead of 10). Only the claims that name a size in `Claim.scales` are read at it: the
 budget sweep's 132 runs a size stay at small."""
 SCALE_NAMES = tuple(SCALES)
 SCALED = ("small", "medium", "large")  # a scale-sensitive claim's sizes (`Claim.scales`)
@@ -131,12 +131,14 @@ def size_fields(task: str, scale: str = "small") -> dict:
 
 
 def at_scale(cfg: RunConfig, task: str, scale: str) -> RunConfig:
-    """``cfg`` (a claim's run at small) at ``scale``: the size's data and epochs, and a checkpoint
-    interval ``every`` times small's where the run checkpoints at an interval (and no weights kept)."""
+    """``cfg`` (a claim's run at small) at ``scale``: the size's data and epochs, and checkpoint and test
+    intervals ``every`` times small's where the run has them (and no weights kept)."""
     if scale == "small":
         return cfg
     every = SCALES[scale][task].get("every", 1)
     extra = {"checkpoint_every": cfg.checkpoint_every * every} if cfg.checkpoint_every > 0 else {}
+    if cfg.eval_every < ONLY_PHASE_ENDS:  # the test pass too: 1,000 images every 10 steps would cost a third
+        extra["eval_every"] = cfg.eval_every * every
     if cfg.keep_weights == "checkpoints":  # only the curvature claim reads weights, and it is read at small
         extra["keep_weights"] = "none"
     return cfg.replace(**size_fields(task, scale), **extra)
