@@ -133,13 +133,11 @@ if scaled_tasks:
             continue
         with st.expander(f"{cl.id} at every size: {cl.sentence}"):
             fig = figures.reproduce.scale_figure(rows_at)
-            if fig is not None:
-                st.plotly_chart(fig, key=f"re_scale_fig_{cl.id}")
+            st.plotly_chart(fig, key=f"re_scale_fig_{cl.id}")
             for size, r in rows_at.items():
                 layout.reading(f"**{size}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")
-            if fig is not None:
-                data = pd.DataFrame([{"size": size, "group": g, **v} for size, r in rows_at.items()
-                                     for g, v in r["measured"].items()])
-                what = "; ".join(f"{size} ({source[size]}): {r['preset']}, {r['seeds']} seeds" for size, r in rows_at.items())
-                runs.render_export(fig, data, [], f"dpviz_claim_{cl.id}_{st_task}_sizes", f"re_scale_exp_{cl.id}",
-                                   private=cl.private, caption=f"{cl.id} on {st_task} along the scale axis — {what}")
+            data = pd.DataFrame([{"size": size, "group": g, **v} for size, r in rows_at.items()
+                                 for g, v in r["measured"].items()])
+            what = "; ".join(f"{size} ({source[size]}): {r['preset']}, {r['seeds']} seeds" for size, r in rows_at.items())
+            runs.render_export(fig, data, [], f"dpviz_claim_{cl.id}_{st_task}_sizes", f"re_scale_exp_{cl.id}",
+                               private=cl.private, caption=f"{cl.id} on {st_task} along the scale axis — {what}")

@@ -126,7 +126,8 @@ def test_a_claim_at_a_tiny_custom_size_from_the_command_line(cli_env, cache_dir)
 
 
 def test_a_claim_s_figure_at_every_size_side_by_side():
-    """kNN over the DP steps per size (the dip) and log D_l over depth per size (the law), from rows alone."""
+    """kNN over the DP steps per size (the dip), log D_l over depth per size (the law), and a pair's bars by
+    size, from rows alone."""
     def row(size, **curves):
         return {"id": "000-dip", "task": "real-vision", "seed": "000", "paper": "Ke et al. 2024", "verdict": r.AGREES,
                 "scale": size, **curves}
@@ -138,7 +139,10 @@ def test_a_claim_s_figure_at_every_size_side_by_side():
     assert list(fig.data[2].x) == [0, 24, 48] and fig.data[2].showlegend is False
     law = scale_figure({"small": row("small", depth={"auto rate": [1.0, 0.5, 0.1]})})
     assert list(law.data[0].x) == [0, 1, 2] and law.layout.yaxis.title.text.startswith("log₁₀ D_l")
-    assert scale_figure({"small": row("small")}) is None  # a claim whose figure is its bars
+    bars = scale_figure({"small": row("small", measured={"DP-LP-FFT": {"mean": 0.6, "std": 0.1}}),
+                         "medium": row("medium", measured={"DP-LP-FFT": {"mean": 0.8, "std": 0.0}})})
+    assert [(t.type, t.name, list(t.y)) for t in bars.data] == [("bar", "small: agrees", [0.6]),
+                                                              ("bar", "medium: agrees", [0.8])]
 
 
 def test_a_saturated_proxy_s_tie_goes_to_the_lower_loss_not_to_the_range_s_end():

@@ -35,14 +35,22 @@ def claim_figure(row: dict) -> go.Figure:
 
 
 def scale_figure(rows: dict[str, dict]) -> go.Figure | None:
-    """One claim's curves at every size side by side, from its rows (size → row; `scorecard.curves`): kNN
+    """One claim at every size, from its rows (size → row): its curves side by side (`scorecard.curves`): kNN
     accuracy of the backbone features over the DP steps (the dip), or mean log₁₀ D_l over depth (the law);
-    None for a claim whose figure is its bars alone."""
+    for a claim without curves, its groups' bars (mean ± std) with one colour per size."""
     from plotly.subplots import make_subplots
 
     kind = "knn" if any("knn" in r for r in rows.values()) else "depth" if any("depth" in r for r in rows.values()) else None
+    first = next(iter(rows.values()))
+    title = f"{first['id']} along the scale axis · {first['task']}<br>{first.get('paper', first['seed'])}"
     if kind is None:
-        return None
+        fig = go.Figure()
+        for i, (size, r) in enumerate(rows.items()):
+            stats = r["measured"]
+            fig.add_trace(go.Bar(x=list(stats), y=[v["mean"] for v in stats.values()], name=f"{size}: {r['verdict']}",
+                                 error_y=dict(type="data", array=[v["std"] for v in stats.values()]),
+                                 marker_color=SERIES[i % len(SERIES)]))
+        return _layout(fig, title, None, "measured (mean ± std over seeds)", barmode="group")
     sizes = [s for s, r in rows.items() if kind in r]
     fig = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"{s}: {rows[s]['verdict']}" for s in sizes])
     groups = sorted({g for s in sizes for g in rows[s][kind]})
@@ -55,8 +63,6 @@ def scale_figure(rows: dict[str, dict]) -> go.Figure | None:
             fig.add_trace(go.Scatter(x=x, y=y, name=g, legendgroup=g, showlegend=col == 1, mode="lines+markers",
                                      line=dict(color=SERIES[i % len(SERIES)], dash=DASHES[i % len(DASHES)])),
                           row=1, col=col)
-    first = next(iter(rows.values()))
-    title = f"{first['id']} along the scale axis · {first['task']}<br>{first.get('paper', first['seed'])}"
     x_title, y_title = (("DP step", "kNN accuracy (fraction)") if kind == "knn"
                         else ("layer l", "log₁₀ D_l (mean over seeds)"))
     _layout(fig, title, x_title, y_title)
