@@ -77,10 +77,10 @@ def test_the_shipped_grid_answers_every_run_of_a_size(tmp_path, runs):
     for cid, g, cfg in runs:
         _, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
         assert res.source in ("shipped", "unused"), (cid, g, res.source)
-        if res.source == "shipped":
-            entry = next(e for e in json.loads(autotune.GRID_PATH.read_text())["entries"]
-                         if json.dumps(e["key"], sort_keys=True) == res.key)
+        if res.source == "shipped":  # searched on the public glyphs at this size
+            _, entry = autotune.lookup(cfg, autotune.used_fields(cfg))
             assert entry["proxy"] == "glyphs" and entry["size"]["train_size"] == cfg.train_size
+            assert any(float(p["epsilon"]) == cfg.epsilon for p in entry["points"]), (cid, g)  # searched at this ε
 
 
 def test_the_public_glyphs_grow_to_a_larger_size_and_keep_their_first_images():
