@@ -184,9 +184,10 @@ def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed
     assert any("One seed" in w.value for w in at.warning)
 
 
-def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypatch):
+def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypatch, tmp_path):
     """Planted rows on two tasks (and a claim one task cannot read): a verdict column per task, a figure and a
     reading per task under each claim, the reason in place of the unreadable verdict."""
+    from dashboard import published
     from dpviz import reproduce
 
     def planted(claims=None, *, task="default", seeds=(0, 1, 2), changes=None, cache_dir=None, scale="small"):
@@ -200,6 +201,7 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
         return rows + ([reproduce.unreadable_row(reproduce.REGISTRY["004-public"], task)] if task == "real-text" else [])
 
     monkeypatch.setattr(reproduce, "stored_rows", planted)
+    monkeypatch.setattr(published, "FOLDER", tmp_path)  # no measured pass's rows either: only the planted ones
     monkeypatch.setattr(reproduce.Claim, "why_not", lambda self, task, scale="small": "no public text here" if
                         (self.id, task) == ("004-public", "real-text") else None)
     at = open_page("pages/reproduction.py")
