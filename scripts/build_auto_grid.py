@@ -52,10 +52,7 @@ def entry_for(backbone: str, strategy: str, epsilons, cache_dir: Path, log, task
     return its grid entry."""
     axes = strategies.get(strategy).auto_axes
     points, key = [], None
-    base = {"backbone": backbone} if task == "default" else {}  # a real task's preset brings its backbone
-    base.update(size or {}, **(extra or {}))
-    for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes)):
-        cfg = tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
+    for eps, ax, cfg in grid_points(backbone, strategy, epsilons, task, axes_values, size, extra):
         fields = autotune.used_fields(cfg)
         key = key or json.loads(autotune.key_of(cfg))
         t0 = time.time()
@@ -84,13 +81,13 @@ def merge(entries: list[dict], new: dict) -> list[dict]:
     return [x for x in entries if x["key"] != new["key"]] + [merged]
 
 
-def points(backbone: str, strategy: str, epsilons, task: str, axes_values: dict, size: dict | None,
-           extra: dict | None) -> list[RunConfig]:
-    """The configs of one (backbone, strategy)'s grid points, as `entry_for` searches them."""
+def grid_points(backbone: str, strategy: str, epsilons, task: str, axes_values: dict, size: dict | None,
+                extra: dict | None) -> list[tuple]:
+    """(ε as given, the axes' values, the config) of each grid point of one (backbone, strategy)."""
     axes = strategies.get(strategy).auto_axes
-    base = {"backbone": backbone} if task == "default" else {}
+    base = {"backbone": backbone} if task == "default" else {}  # a real task's preset brings its backbone
     base.update(size or {}, **(extra or {}))
-    return [tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))})
+    return [(eps, ax, tasks.config(task, **{**base, "strategy": strategy, "epsilon": eps, **dict(zip(axes, ax))}))
             for eps, *ax in itertools.product(epsilons, *(axes_values[a] for a in axes))]
 
 
@@ -101,7 +98,8 @@ def in_parallel(runs, a, size) -> None:
 
     names = [autotune.search(cfg, autotune.used_fields(cfg), cache_dir=Path(a.cache_dir), run=False)[0].study_name
              for backbone, strategy, extra in runs
-             for cfg in points(backbone, strategy, a.epsilons, a.task, {"lp_fraction": tuple(a.lp_fractions)}, size, extra)]
+             for _, _, cfg in grid_points(backbone, strategy, a.epsilons, a.task, {"lp_fraction": tuple(a.lp_fractions)},
+                                          size, extra)]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped (e.g. by `timeout`): stop the workers too
     for name in names:  # this build's searches only, one after another, each over all the workers
         cmd = [sys.executable, "-m", "dpviz", "--cache-dir", a.cache_dir, "worker", "--threads", "1", "--study", name]
