@@ -37,8 +37,11 @@ TRUNCATED_JS = """() => [...document.querySelectorAll('[data-testid=stSelectbox]
 # What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
 FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
     const svg = p.querySelector('svg.main-svg');
-    const sr = svg ? svg.getBoundingClientRect() : {left: 0, top: 0, width: 0};
-    const titles = [...p.querySelectorAll('.gtitle')].map(t => {
+    // A figure in a closed expander is not drawn (content-visibility: hidden), and Chromium's renderer crashes on
+    // getComputedTextLength of a multi-line title there (nothing to catch): it counts as not displayed.
+    const shown = svg && !p.closest('details:not([open])');
+    const sr = shown ? svg.getBoundingClientRect() : {left: 0, top: 0, width: 0};
+    const titles = !sr.width ? [] : [...p.querySelectorAll('.gtitle')].map(t => {
         const r = t.getBoundingClientRect();
         let len = 0;
         try { len = t.getComputedTextLength(); } catch (e) {}
