@@ -101,8 +101,9 @@ def real_main(args, names) -> None:
         torch.set_num_threads(args.threads)
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     clock = time.process_time if args.cpu_time else time.perf_counter
+    load = os.getloadavg()[0]
     print(f"# {where}, torch {torch.__version__}, Opacus {opacus.__version__}; {clock.__name__}; load average "
-          f"{os.getloadavg()[0]:.2f} at the start", flush=True)
+          f"{load:.2f} at the start", flush=True)
     results = {}
     for name in names:
         for inputs in real.REAL[name][2]:
@@ -115,7 +116,14 @@ def real_main(args, names) -> None:
             if args.profile:
                 real.profile(name, inputs, B, Path(args.profile) / f"profile-{name}-{inputs}.txt", args.device)
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
-    print("\n".join(real.table(results)))
+    lines = real.table(results)
+    print("\n".join(lines))
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    record(f"dp_step_real_{args.device}", title=f"DP step ÷ plain step on real pretrained backbones, B = {B}",
+           columns=cells[0], rows=cells[2:],
+           notes=f"{where}, Opacus {opacus.__version__}; time: median of {args.rounds} alternating rounds of "
+                 f"{args.reps} steps ({clock.__name__}); memory: growth of each method's peak resident set in a "
+                 f"fresh process, ÷ the plain step's; load average {load:.2f} at the start")
 
 
 def main():
