@@ -27,7 +27,8 @@ SUMMARY = re.compile(r"=+ (?P<counts>[^=]*?) in (?P<seconds>[\d.]+)s")
 
 
 def minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {round(seconds % 60):02d} s"
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s"
 
 
 def main():
