@@ -1,8 +1,12 @@
-"""CI's wall time: ``CI=true bash .ci/run`` on a clean clone of this repository, install included.
+"""The test suite's wall times: CI on a clean clone of this repository, install included, and the fast tier.
 
-Clones the committed tree (``HEAD``) into a temporary folder, runs CI's script there as CI does, and writes
-the wall time, the suite's share (pytest's own summary) and its counts to ``bench/results/ci.json``. Run it
-with nothing else on the machine: two suites or a benchmark beside it double the figure.
+Clones the committed tree (``HEAD``) into a temporary folder and runs there, one after the other:
+1. CI's script as CI does (``CI=true bash .ci/run``: setup, then ``bash run.sh test``, every test on two
+   pytest-xdist workers);
+2. the fast tier (``bash run.sh test -m FAST``), on the set-up clone.
+Writes each wall time, the suite's share of CI (pytest's own summary) and the counts to
+``bench/results/ci.json``. Run it with nothing else on the machine: two suites or a benchmark beside it
+double the figure.
 Usage: python bench/bench_ci.py [--keep-log FILE]
 """
 
@@ -24,6 +28,8 @@ from results import record  # noqa: E402
 
 # pytest's last line: "= 875 passed, 2 skipped, 2 xfailed, 2 warnings in 641.25s (0:10:41) ="
 SUMMARY = re.compile(r"=+ (?P<counts>[^=]*?) in (?P<seconds>[\d.]+)s")
+# The tier without a browser, a subprocess, a packaged real model or a slow test (the README's command while working).
+FAST = "not slow and not browser and not subprocess and not real"
 
 
 def minutes(seconds: float) -> str:
@@ -40,23 +46,40 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "main"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        t0 = time.perf_counter()
-        done = subprocess.run(["bash", ".ci/run"], cwd=clone, env={**os.environ, "CI": "true"},
-                              capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-    log = done.stdout + done.stderr
+        ci, ci_log = timed(["bash", ".ci/run"], clone)
+        fast, fast_log = timed(["bash", "run.sh", "test", "-m", FAST], clone)
     if a.keep_log:
-        Path(a.keep_log).write_text(log)
-    found = SUMMARY.findall(log)
-    if done.returncode or not found:
+        Path(a.keep_log).write_text(ci_log + fast_log)
+    suite, counts = summary(ci_log)
+    fast_s, fast_counts = summary(fast_log)
+    rows = [["CI on a clean clone, install included", "`CI=true bash .ci/run`",
+             f"{minutes(ci)}: install and setup {minutes(ci - suite)}, suite {minutes(suite)} ({counts})"],
+            ["every test, on 2 pytest-xdist workers", "`bash run.sh test`", f"{minutes(suite)} (CI's suite)"],
+            ["the fast tier, on 2 workers", f'`bash run.sh test -m "{FAST}"`',
+             f"{minutes(fast)}, of which pytest {minutes(fast_s)} ({fast_counts})"]]
+    for row in rows:
+        print(" | ".join(row))
+    record("ci", title="The test suite", columns=["what", "command", "time"], rows=rows,
+           notes=f"commit {commit}, a clean clone, CI=true, no GPU; nothing else running (goal for CI: 12 min)")
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
+    """Seconds ``cmd`` took in ``cwd`` (with CI=true) and its output; a failure stops the benchmark with the
+    output's end, and nothing is recorded."""
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, "CI": "true"}, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    log = done.stdout + done.stderr
+    if done.returncode or not SUMMARY.findall(log):
         print(log[-3000:])
-        sys.exit(f"CI failed (exit {done.returncode}): nothing recorded")
-    counts, suite = found[-1][0], float(found[-1][1])
-    row = ["a clean clone, install included", "`CI=true bash .ci/run`",
-           f"{minutes(wall)}: install and setup {minutes(wall - suite)}, suite {minutes(suite)} ({counts})"]
-    print(" | ".join(row))
-    record("ci", title="CI on a clean clone", columns=["what", "command", "time"], rows=[row],
-           notes=f"commit {commit}, CI=true, no GPU; nothing else running (goal: 12 min)")
+        sys.exit(f"{' '.join(cmd)} failed (exit {done.returncode}): nothing recorded")
+    return wall, log
+
+
+def summary(log: str) -> tuple[float, str]:
+    """pytest's own seconds and counts, from its last summary line."""
+    counts, seconds = SUMMARY.findall(log)[-1]
+    return float(seconds), counts
 
 
 if __name__ == "__main__":

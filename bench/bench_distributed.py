@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from common import batch, prepared
+from results import record
 from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 
@@ -88,8 +89,12 @@ def main() -> None:
     print(f"# CPU, {threads} cores; 1 process × {threads} threads against {args.procs} processes × "
           f"{max(1, threads // args.procs)} thread(s) (gloo); global batch B = {args.batch}, FFT; "
           f"{args.rounds} alternating rounds of {args.steps} steps, medians")
-    print(f"| backbone | 1 process (ms/step) | {args.procs} processes (ms/step) | speed-up | all-reduce share |")
-    print("|---|---|---|---|---|")
+    many_t = max(1, threads // args.procs)
+    columns = ["backbone", f"1 process × {threads} threads (ms/step)",
+               f"{args.procs} processes × {many_t} thread{'s' * (many_t > 1)} (ms/step)", "speed-up",
+               "all-reduce share"]
+    print("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|")
+    rows = []
     out = "/tmp/dpviz-bench-distributed.pt"
     for backbone in args.backbones:
         one, many, share = [], [], []
@@ -103,8 +108,12 @@ def main() -> None:
             many.append(t)
             share.append(red / t)
         a, b = statistics.median(one), statistics.median(many)
-        print(f"| {backbone} | {a * 1e3:.1f} | {b * 1e3:.1f} | {a / b:.2f}× | {statistics.median(share):.1%} |",
-              flush=True)
+        rows.append([backbone, f"{a * 1e3:.1f}", f"{b * 1e3:.1f}", f"{a / b:.2f}×", f"{statistics.median(share):.1%}"])
+        print("| " + " | ".join(rows[-1]) + " |", flush=True)
+    record(f"distributed_cpu_{args.procs}", columns=columns, rows=rows,
+           title=f"One DP step on {args.procs} processes against one, CPU (gloo), FFT, global B = {args.batch}",
+           notes=f"{args.rounds} alternating rounds of {args.steps} steps, medians; the all-reduce share is the "
+                 f"time in World.all_reduce over the rank's whole step.")
 
 
 if __name__ == "__main__":

@@ -83,10 +83,17 @@ def cuda_main(args) -> None:
     results = {}
     for name in args.models:
         results[name] = gpu.measure_model(name, methods=args.methods)
-        print("\n".join(gpu.table({name: results[name]})[2:]), flush=True)
+        print(gpu.markdown(gpu.table({name: results[name]}), header=False), flush=True)
         if args.profile:
             gpu.profile_dpviz(name, Path(args.profile) / f"profile-{name}.txt")
-    print("\n".join(gpu.table(results)))
+    rows = gpu.table(results)
+    print(gpu.markdown(rows))
+    record(f"dp_step_cuda_{args.precision}", title=f"DP step ÷ plain step on a GPU, {args.precision}",
+           columns=gpu.COLUMNS, rows=rows,
+           notes=f"one process per model, one batch, random weights; time: median of alternating rounds, the "
+                 f"device synchronised before each clock read; memory: each method's peak above what was "
+                 f"allocated before it, as a ratio to the plain step's. TF32 in convolutions "
+                 f"{torch.backends.cudnn.allow_tf32}, in matmuls {torch.backends.cuda.matmul.allow_tf32}.")
 
 
 def real_main(args, names) -> None:
@@ -112,15 +119,14 @@ def real_main(args, names) -> None:
             key = (name, inputs, real.tokens(name, inputs, B))
             results[key] = real.measure(name, inputs, B, args.device, methods=args.methods, rounds=args.rounds,
                                         reps=args.reps, memory=not args.no_memory, clock=clock)
-            print("\n".join(real.table({key: results[key]})[2:]), flush=True)
+            print(real.markdown(real.table({key: results[key]}), header=False), flush=True)
             if args.profile:
                 real.profile(name, inputs, B, Path(args.profile) / f"profile-{name}-{inputs}.txt", args.device)
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
-    lines = real.table(results)
-    print("\n".join(lines))
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    rows = real.table(results)
+    print(real.markdown(rows))
     record(f"dp_step_real_{args.device}", title=f"DP step ÷ plain step on real pretrained backbones, B = {B}",
-           columns=cells[0], rows=cells[2:],
+           columns=real.COLUMNS, rows=rows,
            notes=f"{where}, Opacus {opacus.__version__}; time: median of {args.rounds} alternating rounds of "
                  f"{args.reps} steps ({clock.__name__}); memory: growth of each method's peak resident set in a "
                  f"fresh process, ÷ the plain step's; load average {load:.2f} at the start")

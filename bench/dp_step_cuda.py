@@ -160,14 +160,24 @@ def measure_model(name: str, methods=METHODS, rounds: int = 15, reps: int = 3, w
     return {m: (t[m], mem[m]) for m in methods}
 
 
-def table(results: dict) -> list[str]:
-    """Markdown rows: plain ms, then each DP method's (time ratio; memory ratio) to the plain step."""
-    rows = ["| model | B | plain step | dpviz | Opacus hooks | Opacus ghost clipping |", "|---|---|---|---|---|---|"]
+COLUMNS = ["model", "B", "plain step", "dpviz", "Opacus hooks", "Opacus ghost clipping"]
+
+
+def table(results: dict) -> list[list[str]]:
+    """One row of cells per model (`COLUMNS`): plain ms, then each DP method's (time ratio; memory ratio) to
+    the plain step."""
+    rows = []
     for name, r in results.items():
         t0, m0 = r["plain"]
         cells = [f"{r[m][0] / t0:.2f}×; {r[m][1] / m0:.2f}×" if m in r else "–" for m in METHODS[1:]]
-        rows.append(f"| {MODELS[name][0]} | {MODELS[name][3]} | {t0 * 1e3:.1f} ms | " + " | ".join(cells) + " |")
+        rows.append([MODELS[name][0], str(MODELS[name][3]), f"{t0 * 1e3:.1f} ms", *cells])
     return rows
+
+
+def markdown(rows: list[list[str]], header: bool = True, columns: list[str] = COLUMNS) -> str:
+    """``rows`` as a Markdown table, under ``columns`` when ``header``."""
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"] if header else []
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def profile_dpviz(name: str, path: Path, steps: int = 5) -> None:

@@ -155,18 +155,26 @@ def tokens(name: str, inputs: str, B: int) -> str:
     return f"{B} × {int(real.max())} tokens ({1 - real.sum().item() / (B * int(real.max())):.0%} padding)"
 
 
-def table(results: dict) -> list[str]:
-    """Markdown rows: the plain step's ms and MiB, then each DP method's (time; memory) ratio to it."""
-    rows = ["| backbone | input | batch | plain step | dpviz | Opacus hooks | Opacus ghost clipping |",
-            "|---|---|---|---|---|---|---|"]
+COLUMNS = ["backbone", "input", "batch", "plain step", "dpviz", "Opacus hooks", "Opacus ghost clipping"]
+
+
+def table(results: dict) -> list[list[str]]:
+    """One row of cells per measured input (`COLUMNS`): the plain step's ms and MiB, then each DP method's
+    (time; memory) ratio to it."""
+    rows = []
     for (name, inputs, shape), r in results.items():
         t0, m0 = r["plain"]
         ratio = (lambda t, m: f"{t / t0:.2f}×; {m / m0:.2f}×") if m0 else (lambda t, m: f"{t / t0:.2f}×")
         cells = [("refused: " + r[m][1][:60] if r[m][0] is None else ratio(*r[m])) if m in r else "–"
                  for m in gpu.METHODS[1:]]
         plain = f"{t0 * 1e3:.0f} ms" + (f"; {m0 / 2**20:.0f} MiB" if m0 else "")
-        rows.append(f"| {REAL[name][0]} | {inputs} | {shape} | {plain} | " + " | ".join(cells) + " |")
+        rows.append([REAL[name][0], inputs, str(shape), plain, *cells])
     return rows
+
+
+def markdown(rows: list[list[str]], header: bool = True) -> str:
+    """``rows`` as a Markdown table, under `COLUMNS` when ``header``."""
+    return gpu.markdown(rows, header, COLUMNS)
 
 
 def profile(name: str, inputs: str, B: int, path: Path, device: str = "cpu", steps: int = 3) -> None:

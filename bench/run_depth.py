@@ -4,15 +4,16 @@ For each backbone: its per-layer fuzziness D_l on the real-vision evaluation sub
 weights, before any private step) and, with ``--fft``, after DP-FFT at ε = 8 on the scorecard's size
 ``--scale`` (``--seeds`` seeds; the rate: Lite0's entry of the shipped grid at that size and ε, for every
 backbone, since the grid is searched on Lite0); then the fit of log D_l against depth from layer 1 on
-(R², ρ) and over all layers. Writes bench/results/depth_real-vision.json.
+(R², ρ) and over all layers. Writes bench/results/depth_real-vision.json (``_<scale>`` appended above small).
 
-Usage: python bench/run_depth.py [--fft] [--scale small] [--seeds 3] [--cache-dir DIR]
+Usage: python bench/run_depth.py [--fft] [--scale small] [--seeds 3] [--workers 1] [--cache-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,18 +59,23 @@ def pretrained(backbone: str, cache_dir) -> tuple[tuple[float, ...], tuple[float
     return stages, blocks
 
 
-def after_fft(backbone: str, scale: str, seeds: int, cache_dir) -> list[tuple[float, ...]]:
-    """D_l at the end of DP-FFT at ε = 8 at ``scale``, one per seed (trained, or answered from the store)."""
+def fft_configs(backbone: str, scale: str, seeds: int) -> list:
+    """The DP-FFT runs at ε = 8 at ``scale`` of ``backbone``, one per seed, on Lite0's shipped rate."""
+    lite0 = reproduce.at_scale(reproduce.scorecard_config("real-vision", strategy="fft", epsilon=8.0),
+                               "real-vision", scale)
+    values, _ = autotune.lookup(lite0, autotune.used_fields(lite0))
+    return [lite0.replace(backbone=backbone, seed=seed, keep_weights="none", checkpoint_every=-1, **values)
+            for seed in range(seeds)]
+
+
+def after_fft(configs: list, cache_dir) -> list[tuple[float, ...]]:
+    """D_l at the end of each run of ``configs`` (trained here, or answered from the store)."""
     import dpviz
     from dpviz.analyses.service import analyze
     from dpviz.store import Store
 
-    lite0 = reproduce.at_scale(reproduce.scorecard_config("real-vision", strategy="fft", epsilon=8.0),
-                               "real-vision", scale)
-    values, _ = autotune.lookup(lite0, autotune.used_fields(lite0))
     out = []
-    for seed in range(seeds):
-        cfg = lite0.replace(backbone=backbone, seed=seed, keep_weights="none", checkpoint_every=-1, **values)
+    for cfg in configs:
         s = dpviz.run(cfg, cache_dir=cache_dir)
         out.append(tuple(analyze(Store(cache_dir), s["run_id"], "separability")["fuzziness"]))
     return out
@@ -86,7 +92,14 @@ def main() -> None:
     ap.add_argument("--scale", default="small", choices=list(reproduce.SCALES))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--cache-dir", default="cache")
+    ap.add_argument("--workers", type=int, default=1, help="processes that train the DP-FFT runs first")
     a = ap.parse_args()
+    t0 = time.perf_counter()
+    runs = {b: fft_configs(b, a.scale, a.seeds) for b in BACKBONES} if a.fft else {}
+    if a.workers > 1 and runs:  # fill the store in the pool; the loop below then reads each run from it
+        from dpviz.reproduce.scorecard import train
+
+        train([cfg for cfgs in runs.values() for cfg in cfgs], workers=a.workers, cache_dir=a.cache_dir)
     rows = []
     for b in BACKBONES:
         fz, by_block = pretrained(b, a.cache_dir)
@@ -95,17 +108,21 @@ def main() -> None:
             rows.append([b, f"{len(f) - 1} {unit}", "pretrained", f"{r2:.3f}", f"{rho:.3f}", f"{r2_all:.3f}"])
             print(rows[-1], flush=True)
         if a.fft:
-            fits = np.array([fit(f) for f in after_fft(b, a.scale, a.seeds, a.cache_dir)])
+            fits = np.array([fit(f) for f in after_fft(runs[b], a.cache_dir)])
             m, s = fits.mean(0), fits.std(0)
             rows.append([b, f"{len(fz) - 1} stages", f"DP-FFT ε = 8, {a.scale}, {a.seeds} seeds",
                          *(f"{m[i]:.3f} ± {s[i]:.3f}" for i in range(3))])
             print(rows[-1], flush=True)
     size = reproduce.SCALES[a.scale]["real-vision"]
-    record("depth_real-vision", title="The separation law on EfficientNet-Lite0, Lite1 and Lite2 (Fashion-MNIST)",
+    name = "depth_real-vision" + (f"_{a.scale}" if a.scale != "small" else "")
+    record(name, title="The separation law on EfficientNet-Lite0, Lite1 and Lite2 (Fashion-MNIST)"
+                       + (f", DP-FFT at size {a.scale}" if a.scale != "small" else ""),
            columns=["backbone", "layers read (after the input)", "features", "R² from layer 1", "ρ from layer 1",
                     "R² all layers"], rows=rows,
            notes=f"D_l on the real-vision evaluation subset; DP-FFT rows: {size['train_size']:,} examples, "
-                 f"≈ {reproduce.steps_of(size)} DP steps, Lite0's shipped rate for every backbone.")
+                 f"≈ {reproduce.steps_of(size)} DP steps, Lite0's shipped rate for every backbone; "
+                 f"{(time.perf_counter() - t0) / 60:.1f} min with {a.workers} worker(s) (runs in the store answered "
+                 f"from it).")
 
 
 if __name__ == "__main__":

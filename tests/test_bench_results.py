@@ -52,3 +52,17 @@ def test_every_results_mark_in_the_docs_names_a_shipped_file():
     for page in (ROOT / "docs").rglob("*.md"):
         for name in docs_reference.RESULTS_MARK.findall(page.read_text()):
             assert name in shipped, f"{page.relative_to(ROOT)} marks {name}, which bench/results/ lacks"
+
+
+def readme_quotes(readme: str, doc: dict) -> list[str]:
+    """The test suite's figures (each row's first "N min SS s" in ``ci``'s file) that ``readme`` lacks."""
+    firsts = [re.search(r"\d+ min \d\d s", row[-1]) for row in doc["rows"]]
+    return [m.group(0) for m in firsts if m and m.group(0) not in readme]
+
+
+def test_the_readme_quotes_the_test_suite_s_measured_times():
+    readme = (ROOT / "README.md").read_text()
+    doc = next(r for r in results.read_all() if r["name"] == "ci")
+    assert doc["rows"] and readme_quotes(readme, doc) == []
+    stale = {**doc, "rows": [[*r[:-1], "99 min 59 s"] for r in doc["rows"]]}  # a re-measure: the README must follow
+    assert readme_quotes(readme, stale) == ["99 min 59 s"] * len(doc["rows"])
