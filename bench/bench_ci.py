@@ -46,8 +46,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "main"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        ci, ci_log = timed(["bash", ".ci/run"], clone)
-        fast, fast_log = timed(["bash", "run.sh", "test", "-m", FAST], clone)
+        ci, ci_log = pytest_run(["bash", ".ci/run"], clone)
+        fast, fast_log = pytest_run(["bash", "run.sh", "test", "-m", FAST], clone)
     if a.keep_log:
         Path(a.keep_log).write_text(ci_log + fast_log)
     suite, counts = summary(ci_log)
@@ -63,16 +63,25 @@ def main():
            notes=f"commit {commit}, a clean clone, CI=true, no GPU; nothing else running (goal for CI: 12 min)")
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
-    """Seconds ``cmd`` took in ``cwd`` (with CI=true) and its output; a failure stops the benchmark with the
-    output's end, and nothing is recorded."""
+def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Seconds ``cmd`` took in ``cwd`` (``env`` over this process's environment) and its finished process; a
+    failure stops the benchmark with the output's end, and nothing is recorded."""
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, "CI": "true"}, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    log = done.stdout + done.stderr
-    if done.returncode or not SUMMARY.findall(log):
-        print(log[-3000:])
+    if done.returncode:
+        print((done.stdout + done.stderr)[-3000:])
         sys.exit(f"{' '.join(cmd)} failed (exit {done.returncode}): nothing recorded")
+    return wall, done
+
+
+def pytest_run(cmd: list[str], cwd: Path) -> tuple[float, str]:
+    """`timed` for a command that ends in a pytest run, as CI runs it (CI=true): seconds and the output."""
+    wall, done = timed(cmd, cwd, {"CI": "true"})
+    log = done.stdout + done.stderr
+    if not SUMMARY.findall(log):
+        print(log[-3000:])
+        sys.exit(f"{' '.join(cmd)} printed no pytest summary: nothing recorded")
     return wall, log
 
 

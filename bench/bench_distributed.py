@@ -86,10 +86,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     threads = os.cpu_count()
-    print(f"# CPU, {threads} cores; 1 process × {threads} threads against {args.procs} processes × "
-          f"{max(1, threads // args.procs)} thread(s) (gloo); global batch B = {args.batch}, FFT; "
-          f"{args.rounds} alternating rounds of {args.steps} steps, medians")
     many_t = max(1, threads // args.procs)
+    print(f"# CPU, {threads} cores; 1 process × {threads} threads against {args.procs} processes × "
+          f"{many_t} thread(s) (gloo); global batch B = {args.batch}, FFT; "
+          f"{args.rounds} alternating rounds of {args.steps} steps, medians")
     columns = ["backbone", f"1 process × {threads} threads (ms/step)",
                f"{args.procs} processes × {many_t} thread{'s' * (many_t > 1)} (ms/step)", "speed-up",
                "all-reduce share"]

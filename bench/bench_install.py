@@ -18,23 +18,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_ci import minutes  # noqa: E402
+from bench_ci import minutes, timed  # noqa: E402
 from results import record  # noqa: E402
-
-
-def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, str]:
-    """Seconds ``cmd`` took in ``cwd`` and its stdout; a failure stops the benchmark with its output."""
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
-    if done.returncode:
-        sys.exit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-    return time.perf_counter() - t0, done.stdout
 
 
 def main():
@@ -49,8 +39,9 @@ def main():
         venv = Path(tmp) / "v"
         made, _ = timed([py, "-m", "venv", str(venv)], clone)
         pip, _ = timed([str(venv / "bin/pip"), "install", "--disable-pip-version-check", "-q", "."], clone)
-        cli, out = timed([str(venv / "bin/dpviz"), "run", "--json"], Path(tmp), {"DPVIZ_CACHE_DIR": str(Path(tmp) / "c")})
-        train = json.loads(out).get("wall_time_s")  # the training loop's own clock
+        cli, done = timed([str(venv / "bin/dpviz"), "run", "--json"], Path(tmp),
+                          {"DPVIZ_CACHE_DIR": str(Path(tmp) / "c")})
+        train = json.loads(done.stdout).get("wall_time_s")  # the training loop's own clock
     rows = [["a fresh checkout, set up for the dashboard and the tests", "`bash run.sh setup` (a new `.venv`, every "
              "extra)", minutes(setup)],
             ["the same command again", "`bash run.sh setup` (nothing to do)", f"{again:.2f} s"],
