@@ -160,11 +160,11 @@ def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: 
     """
     caption = caption or results.caption(configs)
     caption = figures.private_caption(caption) if private else caption
-    cols = st.columns(5)
-    for col, fmt in zip(cols, export.FORMATS):
-        col.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),
+    row = st.container(horizontal=True)  # wraps where a figure's column is too narrow for five buttons
+    for fmt in export.FORMATS:
+        row.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),
                             file_name=export.safe_filename(name, fmt), on_click="ignore", key=f"{key}-{fmt}",
                             mime={"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf",
                                   "html": "text/html"}[fmt])
-    cols[4].download_button("CSV", data=lambda: export.csv_bytes(data), file_name=export.safe_filename(name, "csv"),
-                            on_click="ignore", key=f"{key}-csv", mime="text/csv")
+    row.download_button("CSV", data=lambda: export.csv_bytes(data), file_name=export.safe_filename(name, "csv"),
+                        on_click="ignore", key=f"{key}-csv", mime="text/csv")

@@ -25,10 +25,12 @@ pytestmark = pytest.mark.slow
 WIDTH, HEIGHT = 1400, 1000
 NARROW = 1024  # the narrowest width a page must stay readable at
 
-# Text inside a select box or multiselect (its value, its chips) that its box cuts off: drawn wider than shown.
-TRUNCATED_JS = """() => [...document.querySelectorAll('[data-testid=stSelectbox], [data-testid=stMultiSelect]')]
+# Text inside a select box or multiselect (its value, its chips) or on a download button that its box cuts off:
+# drawn wider than shown.
+TRUNCATED_JS = """() => [...document.querySelectorAll(
+        '[data-testid=stSelectbox], [data-testid=stMultiSelect], [data-testid=stDownloadButton]')]
     .filter(box => box.getBoundingClientRect().width > 0).flatMap(box => {
-        const label = (box.querySelector('label') || {}).innerText || '?';
+        const label = (box.querySelector('label') || {}).innerText || 'download button';
         return [...box.querySelectorAll('div, span')].filter(e => !e.children.length && e.innerText
             && e.scrollWidth > e.clientWidth + 1).map(e => `${label}: "${e.innerText}" drawn ${e.scrollWidth} px`
             + ` in ${e.clientWidth} px`);
@@ -270,7 +272,8 @@ def test_the_loopback_check_sees_a_request_to_another_host():
 
 
 def test_no_select_is_cut_at_1024_px(visits):
-    """At 1024 px wide (the sidebar open) every select box shows its value and every chip of a multiselect whole."""
+    """At 1024 px wide (the sidebar open) every select box shows its value, every chip of a multiselect and every
+    download button's label whole."""
     rows = [f"{title}: {t}" for title, v in visits.items() for t in v["truncated_at_1024"]]
     assert not rows, report(rows)
 
