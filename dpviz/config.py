@@ -31,7 +31,7 @@ def switched_off(variable: str) -> bool:
     """Whether the environment switch ``variable`` (on by default) is set to off, 0 or no."""
     return os.environ.get(variable, "on").lower() in ("off", "0", "no")
 
-_UNHASHED = ("device",)
+_UNHASHED = ("device", "batch_shapes")
 # Fields added after runs were stored: hashed only when the run's strategy reads them, so every
 # earlier run keeps its cache key.
 _HASHED_ONLY_FOR_OWNER = ("lora_rank",)
@@ -100,6 +100,11 @@ class RunConfig:
             model only) or none (metrics and features only: a scorecard's accuracy-only runs on a real
             backbone, 43 MB of trained weights each). Features are kept in every case.
         device: auto (cuda when available), cpu or cuda. Not part of the hash.
+        batch_shapes: physical batch sizes a phase's steps run on (`dpviz.training.shapes`): -1 (the default)
+            chooses per device (one fixed size on a GPU, where every new shape costs a plan of seconds; the
+            drawn Poisson sizes on a CPU), 0 the drawn sizes as they are, k ≥ 1 at most k fixed sizes, each
+            batch padded to the smallest that holds it and its padded rows masked to exactly zero. The
+            sampling, the sensitivity and ε are the same whatever it is: not part of the hash.
     """
 
     dataset: str = "digits"
@@ -137,6 +142,7 @@ class RunConfig:
     precision: str = "fp32"
     keep_weights: str = "checkpoints"
     device: str = "auto"
+    batch_shapes: int = -1
 
     def __post_init__(self):
         coerce(self)

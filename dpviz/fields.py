@@ -31,7 +31,8 @@ MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's d
 # Upper ends that keep a run finite on any machine (T = epochs · n / B accountant steps, torch's seeds).
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
                "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1),
-               "max_length": (8, 512), "train_size": (0, 10**7), "holdout": (0, 10**6)}
+               "max_length": (8, 512), "train_size": (0, 10**7), "holdout": (0, 10**6),
+               "batch_shapes": (-1, 16)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 TEXT_ONLY_FIELDS = ("max_length",)  # read only by text datasets (the tokenizer's truncation)
 
@@ -56,7 +57,7 @@ _TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": f
           "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
           "switch_step": int, "switch_threshold": float, "switch_batch": int, "sparsity": float, "lora_rank": int, "max_length": int,
-          "train_size": int, "holdout": int}
+          "train_size": int, "holdout": int, "batch_shapes": int}
 
 
 def coerce(cfg) -> None:

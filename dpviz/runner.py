@@ -10,10 +10,11 @@ import threading
 from typing import Callable
 
 from dpviz.config import RunConfig
+from dpviz.privacy import opacus_accountants
 from dpviz.store import Store
 
 
-_IMPORTS = threading.Lock()
+_IMPORTS = opacus_accountants.IMPORTS  # the accountants' placeholders and a first `import opacus`: one at a time
 
 
 def training_modules():

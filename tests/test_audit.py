@@ -81,7 +81,7 @@ def test_a_white_box_audit_catches_a_broken_mechanism(broken, monkeypatch, store
         real = dpsgd.gaussian_noise
         monkeypatch.setattr(dpsgd, "gaussian_noise", lambda p, std, gen: real(p, 0.1 * std, gen))
     else:
-        monkeypatch.setattr(clipping, "clip_factors", lambda norms, c, clipping="abadi": norms.new_ones(norms.shape))
+        monkeypatch.setattr(clipping, "clip_factors", lambda norms, c, clipping="abadi", mask=None: norms.new_ones(norms.shape))
     cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3)
     r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
     assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r

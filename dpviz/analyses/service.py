@@ -57,7 +57,8 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
     if REGISTRY[name].kind == "model":
         keyed = json.loads(key)
         out = {"run_id": run_id, "step": step,
-               **run_analysis(name, model_checkpoint(store, run_id, step, keyed.get("batch", 256)), **params)}
+               **on_run_device(store, run_id, lambda: run_analysis(
+                   name, model_checkpoint(store, run_id, step, keyed.get("batch", 256)), **params))}
         store.put_analysis(run_id, step, name, key, out)
         return out
     if name == "embedding":  # one fit per run, on all its checkpoints
@@ -69,6 +70,16 @@ def analyze(store: Store, run_id: str, name: str, *, step: int | None = None, **
            **run_analysis(name, store.load_features(run_id, step), context=context, **params)}
     store.put_analysis(run_id, step, name, key, out)
     return out
+
+
+def on_run_device(store: Store, run_id: str, fn):
+    """``fn()`` on the worker thread of the device the run's analyses compute on (`dpviz.training.devices`):
+    a GPU's plans, built by the runs, serve the curvature passes too."""
+    from dpviz.config import RunConfig
+    from dpviz.training import devices, prepare
+
+    device = prepare.resolve_device(RunConfig.from_dict(store.get_run(run_id)["config"], reset_unread=True).device)
+    return devices.on_device(device, fn)
 
 
 def plan_at(plans, step: int):

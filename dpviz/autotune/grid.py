@@ -24,7 +24,7 @@ PLAIN_RANGES = {"lr_lp": (1e-4, 1.0), "lr_ft": (1e-4, 0.3)}
 gradients clipped to norm C, so a safe rate scales with 1/‖features‖² (≈ 1/4000 on EfficientNet-Lite0's
 features, where every rate of `RANGES` diverges)."""
 # fields that do not change which learning rate suits a run (or are the axes / the answer itself)
-_NOT_KEY = ("epsilon", "seed", "device", "eval_every", "checkpoint_every", "eval_subset", "grad_sample_mode",
+_NOT_KEY = ("epsilon", "seed", "device", "batch_shapes", "eval_every", "checkpoint_every", "eval_subset", "grad_sample_mode",
             "precision", "keep_weights", "holdout", *AUTO_FIELDS)  # precision: the rates tuned in FP32 serve a
 # bf16 run; holdout: a private search's trials train on n − k examples (k ≤ n/5 by default), the rate of n
 

@@ -180,13 +180,15 @@ class BookKeeper:
         self.cache.clear()
 
     def clipped_step(self, loss_sum: torch.Tensor, clip_norm: float, clipping: str = "abadi",
-                     batch_size: int | None = None, grad_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                     batch_size: int | None = None, grad_scale: float = 1.0,
+                     mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Set ``p.grad`` = Σ_i min(1, C/‖g_i‖)·g_i for every trainable parameter.
 
         Args:
             batch_size: B (default: the largest dim 0 among the kept inputs); every kept input must have it.
             grad_scale: the factor ``loss_sum`` was multiplied by (fp16's loss scale), divided out of every
                 output gradient before the norms.
+            mask: (B,) bool, a padded batch's real rows (`dpviz.training.shapes`): a padded row's clip factor is 0.
 
         Returns:
             per-sample gradient norms (B,) and clip factors (B,).
@@ -231,7 +233,7 @@ class BookKeeper:
             vec = torch.cat([v for _, v in blocks], 1) if blocks else None  # (B, Σ n): every small parameter at once
             norms = torch.stack(n2s + ([rules.sq_rows(vec)] if blocks else [])).sum(0).sqrt()
             self.overflowed = int(self._bad.sum()) if self._bad is not None else 0  # fp16 only: one sync
-            factor = clip.clip_factors(norms, clip_norm, clipping)
+            factor = clip.clip_factors(norms, clip_norm, clipping, mask)
             for m, state in prepared:
                 self._accumulate(m, state, factor)
             if blocks:  # Σ_i c_i v_i for all of them in one product

@@ -73,24 +73,29 @@ class Stepper:
             register_with_opacus()
             self.forward = GradSampleModule(module, batch_first=True, loss_reduction="sum")
 
-    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi"):
-        """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms."""
+    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi",
+                    mask: torch.Tensor | None = None):
+        """Set ``p.grad`` to Σ_i clip(g_i); return outputs, summed loss and per-sample norms.
+
+        ``mask`` (B,) bool: the real rows of a padded batch (`dpviz.training.shapes`); the others have loss
+        weight 0 (so a zero output gradient) and clip factor 0, and count in neither the loss nor the sum.
+        """
         if self.mode == "head":
-            return _head_clipped_sum(self.module, x, y, clip_norm, clipping)
+            return _head_clipped_sum(self.module, x, y, clip_norm, clipping, mask)
         with prec.autocast(self.precision, x.device.type):
             out = self.forward(x)
-            loss_sum = F.cross_entropy(out, y, reduction="sum")  # autocast computes it in FP32
+            loss_sum = _loss_sum(out, y, mask)  # autocast computes it in FP32
         if self.mode == "bk":
             scale = prec.loss_scale(self.precision)
             norms, _ = self.keeper.clipped_step(loss_sum * scale, clip_norm, clipping, batch_size=len(y),
-                                                grad_scale=scale)
+                                                grad_scale=scale, mask=mask)
             self.overflows += self.keeper.overflowed
             return out, loss_sum, norms
         loss_sum.backward()
         B = len(y)
         gs = [p.grad_sample.reshape(B, -1) for p in self.params]  # each (B, numel)
         norms = torch.sqrt(sum(g.pow(2).sum(1) for g in gs))  # (B,)
-        factor = clip.clip_factors(norms, clip_norm, clipping)
+        factor = clip.clip_factors(norms, clip_norm, clipping, mask)
         for p, g in zip(self.params, gs):
             p.grad = (factor @ g).reshape(p.shape)
             p.grad_sample = None
@@ -105,8 +110,16 @@ class Stepper:
         return self.module
 
 
+def _loss_sum(out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Σ_i CE(out_i, y_i) over the real rows (all of them without a ``mask``): padded rows weigh 0."""
+    if mask is None:
+        return F.cross_entropy(out, y, reduction="sum")
+    return (F.cross_entropy(out, y, reduction="none") * mask).sum()
+
+
 @torch.no_grad()
-def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi"):
+def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_norm: float, clipping: str = "abadi",
+                      mask: torch.Tensor | None = None):
     """Clipped gradient sum of cross-entropy for a linear head, in closed form.
 
     For logits z_i = W f_i + b the per-sample gradients are g_i = (p_i − e_{y_i}) [f_i, 1]ᵀ,
@@ -117,63 +130,91 @@ def _head_clipped_sum(head: nn.Linear, f: torch.Tensor, y: torch.Tensor, clip_no
     err = logp.exp()
     err[torch.arange(len(y)), y] -= 1  # p − onehot, (B, K)
     norms = err.norm(dim=1) * torch.sqrt(f.pow(2).sum(1) + 1)  # (B,)
-    c = clip.clip_factors(norms, clip_norm, clipping)
+    c = clip.clip_factors(norms, clip_norm, clipping, mask)
     ce = err * c[:, None]
     head.weight.grad, head.bias.grad = ce.T @ f, ce.sum(0)
-    return out, -logp[torch.arange(len(y)), y].sum(), norms
+    nll = -logp[torch.arange(len(y)), y]
+    return out, (nll if mask is None else nll * mask).sum(), norms
+
+
+def _parts(x, y, mask) -> list[tuple]:
+    """A step's physical batches [(x, y, mask or None)]: one, or those of a split batch given as lists."""
+    if isinstance(y, (list, tuple)):
+        return list(zip(x, y, mask if mask is not None else [None] * len(y)))
+    return [(x, y, mask)]
+
+
+def _batch_sums(out, y, mask, loss_sum, norms=None, clip_norm=None) -> list[torch.Tensor]:
+    """One physical batch's sums over its real rows: loss, correct, [clipped, Σ norms,] count."""
+    right = out.argmax(1) == y
+    sums = [loss_sum.detach(), (right if mask is None else right & mask).sum()]
+    if norms is not None:
+        over = norms > clip_norm
+        sums += [(over if mask is None else over & mask).sum(), (norms if mask is None else norms * mask).sum()]
+    return sums + [torch.tensor(len(y), device=y.device) if mask is None else mask.sum()]
 
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator,
-                 clipping: str = "abadi", canaries=None, reduce=None) -> StepStats:
+                 clipping: str = "abadi", canaries=None, reduce=None, mask=None) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
     grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
     C/(‖g_i‖ + γ) (AUTO-S) and ‖g_i‖ the norm over all trainable parameters; dividing by the
     expected batch size q·n (not the sampled one) keeps the sensitivity at C under Poisson sampling.
+    ``mask``: (B,) bool, the real rows of a padded batch (`dpviz.training.shapes`): padded rows add exactly
+    nothing to the sum and to the statistics. ``x``, ``y`` and ``mask`` may be lists: the physical batches of
+    one sampled batch split in several, whose clipped sums add up before the one noise draw.
     ``canaries``: an audit's white-box canaries (`dpviz.audit.canaries.GradientCanaries`), added to the
     clipped sum before the noise and scored on what the step releases.
     ``reduce``: a distributed run's in-place sum over ranks (`dpviz.training.distributed.World.all_reduce`), applied
     to this rank's clipped sums before the noise, which every rank then draws alike: it enters once.
     """
-    for p in stepper.params:
-        p.grad = None
-    stats = None
-    if len(y) > 0:
-        out, loss_sum, norms = stepper.clipped_sum(x, y, clip_norm, clipping)
-        stats = [loss_sum.detach(), (out.argmax(1) == y).sum(), (norms > clip_norm).sum(), norms.sum()]
-    for p in stepper.params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
+    params, stats, total = stepper.params, None, None
+    for xc, yc, mc in _parts(x, y, mask):
+        for p in params:
+            p.grad = None
+        if len(yc) == 0:
+            continue
+        out, loss_sum, norms = stepper.clipped_sum(xc, yc, clip_norm, clipping, mc)
+        sums = _batch_sums(out, yc, mc, loss_sum, norms, clip_norm)
+        stats = sums if stats is None else [a + b for a, b in zip(stats, sums)]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        total = grads if total is None else torch._foreach_add(total, grads)  # a split batch: sums add up
+    for i, p in enumerate(params):
+        p.grad = total[i] if total is not None else torch.zeros_like(p)
     if reduce is not None:
-        reduce([p.grad for p in stepper.params])
+        reduce([p.grad for p in params])
     if canaries is not None:
-        canaries.add(stepper.params, clip_norm=clip_norm, clipping=clipping)
-    noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in stepper.params]
-    grads = torch._foreach_add([p.grad for p in stepper.params], noise)  # one launch for all, not two per tensor
+        canaries.add(params, clip_norm=clip_norm, clipping=clipping)
+    noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in params]
+    grads = torch._foreach_add([p.grad for p in params], noise)  # one launch for all, not two per tensor
     torch._foreach_div_(grads, expected_batch)
-    for p, gr in zip(stepper.params, grads):
+    for p, gr in zip(params, grads):
         p.grad = gr
     if canaries is not None:
-        canaries.observe(stepper.params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
+        canaries.observe(params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
                          clip_norm=clip_norm, clipping=clipping)
-    return _step_stats(stats, len(y), stepper.params[0].device if stepper.params else x.device, reduce)
+    return _step_stats(stats, params[0].device if params else _device(x), reduce)
 
 
-def _step_stats(stats: list[torch.Tensor] | None, B: int, device, reduce=None) -> StepStats:
-    """StepStats from the step's sums (loss, correct, clipped, norms; None for an empty batch): one host sync,
-    read once the whole step is queued; ``reduce`` sums them over a distributed run's ranks first."""
+def _device(x) -> torch.device:
+    return (x[0] if isinstance(x, (list, tuple)) else x).device
+
+
+def _step_stats(stats: list[torch.Tensor] | None, device, reduce=None) -> StepStats:
+    """StepStats from the step's sums (loss, correct, clipped, Σ norms, count; None for an empty batch): one
+    host sync, read once the whole step is queued; ``reduce`` sums them over a distributed run's ranks first."""
     if stats is None and reduce is None:
         return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
     sums = (torch.stack([t.to(torch.float64) for t in stats]) if stats is not None
-            else torch.zeros(4, dtype=torch.float64, device=device))
+            else torch.zeros(5, dtype=torch.float64, device=device))
     if reduce is not None:
-        sums = torch.cat([sums, torch.tensor([float(B)], dtype=torch.float64, device=sums.device)])
         reduce([sums])
-        B = int(sums[4].item())
+    loss_sum, correct, clipped, norm_sum, B = sums.tolist()
+    B = int(B)
     if B == 0:
         return StepStats(loss=0.0, train_accuracy=0.0, batch_size=0)
-    loss_sum, correct, clipped, norm_sum = sums[:4].tolist()
     return StepStats(loss=loss_sum / B, train_accuracy=correct / B, batch_size=B, clip_fraction=clipped / B,
                      grad_norm=norm_sum / B)
 
@@ -189,24 +230,29 @@ def gaussian_noise(p: torch.Tensor, std: float, generator: torch.Generator) -> t
 
 
 def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32", *,
-               batch: int | None = None, reduce=None) -> StepStats:
+               batch: int | None = None, reduce=None, mask=None) -> StepStats:
     """Non-private baseline: ordinary mean gradient over the sampled batch (in ``precision``; fp16 scales
     the loss, and a step whose gradient overflowed is skipped, as AMP's scaler does: no privacy to keep).
 
     A distributed run passes its global ``batch`` size (this rank holds a shard of it) and ``reduce``,
     which sums the ranks' gradients of (Σ_shard loss) / batch: the mean over the global batch.
+    ``mask``, and ``x``, ``y`` as lists: padded and split physical batches, as in `private_step`.
     """
     params = _trainable(module)
-    n = len(y) if batch is None else batch
+    parts = _parts(x, y, mask)
+    n = batch if batch is not None else sum(len(yc) if mc is None else int(mc.sum()) for _, yc, mc in parts)
     for p in params:
         p.grad = None
     stats = None
-    if len(y) > 0:
-        with prec.autocast(precision, x.device.type):
-            out = module(x)
-            loss_sum = F.cross_entropy(out, y, reduction="sum")
-        (loss_sum * (prec.loss_scale(precision) / n)).backward()
-        stats = [loss_sum.detach(), (out.argmax(1) == y).sum()]
+    for xc, yc, mc in parts:
+        if len(yc) == 0 or n == 0:
+            continue
+        with prec.autocast(precision, xc.device.type):
+            out = module(xc)
+            loss_sum = _loss_sum(out, yc, mc)
+        (loss_sum * (prec.loss_scale(precision) / n)).backward()  # the parts' gradients accumulate
+        sums = _batch_sums(out, yc, mc, loss_sum)[:2]
+        stats = sums if stats is None else [a + b for a, b in zip(stats, sums)]
     if n == 0:
         for p in params:
             p.grad = torch.zeros_like(p)
@@ -224,7 +270,7 @@ def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: s
             for p in params:  # no gradient: the optimizer leaves every parameter (and its momentum) alone
                 p.grad = None
     sums = (torch.stack([t.to(torch.float64) for t in stats]) if stats is not None
-            else torch.zeros(2, dtype=torch.float64, device=grads[0].device if grads else x.device))
+            else torch.zeros(2, dtype=torch.float64, device=grads[0].device if grads else _device(x)))
     if reduce is not None:
         reduce([sums])
     loss_sum, correct = sums.tolist()

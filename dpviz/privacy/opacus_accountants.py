@@ -22,6 +22,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -38,17 +39,24 @@ def _package(name: str, path: Path) -> types.ModuleType:
     return mod
 
 
+IMPORTS = threading.RLock()
+"""Held while this module swaps placeholders in and out of ``sys.modules`` and while a thread first imports
+Opacus (`dpviz.runner.training_modules`): one thread's ``import opacus`` in the middle of another's
+placeholders fails on a half-removed package (``KeyError: 'opacus.accountants'``)."""
+
+
 def _load(module: str) -> types.ModuleType:
     """``opacus.accountants.<module>``, importing only what that file imports."""
     full = f"opacus.accountants.{module}"
-    if full in _LOADED:
-        return _LOADED[full]
-    if "opacus" in sys.modules:  # Opacus is imported already: use it
-        return importlib.import_module(full)
-    try:
-        return _load_alone(full)
-    except Exception:  # noqa: BLE001 - whatever a changed Opacus breaks here, its own import still works
-        return importlib.import_module(full)
+    with IMPORTS:
+        if full in _LOADED:
+            return _LOADED[full]
+        if "opacus" in sys.modules:  # Opacus is imported already: use it
+            return importlib.import_module(full)
+        try:
+            return _load_alone(full)
+        except Exception:  # noqa: BLE001 - whatever a changed Opacus breaks here, its own import still works
+            return importlib.import_module(full)
 
 
 def _load_alone(full: str) -> types.ModuleType:

@@ -16,6 +16,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from dpviz.training import devices
 from dpviz.training import distributed
 from dpviz.training import prepare
 from dpviz.training import resume as resuming
@@ -82,8 +83,12 @@ def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_sta
     ``extra``: e.g. where "auto" rates came from), cancelled, or failed with the error (and ``failed_note``)."""
     if on_start:
         on_start(run_id)
-    try:
-        summary = loop.train(prep, store=store, run_id=run_id, state=state, **train)
+    def queued():
+        store.event(run_id, "queued", f"waiting for {devices.key(prep.device)}: another run or analysis is on it")
+
+    try:  # on the device's one worker thread: the plans a GPU built for earlier runs serve this one
+        summary = devices.on_device(prep.device, loop.train, prep, store=store, run_id=run_id, state=state,
+                                    cancel_queued=train.get("cancel"), on_queue=queued, **train)
     except (Cancelled, KeyboardInterrupt):  # a second Ctrl-C on the command line interrupts at once
         store.finish_run(run_id, "cancelled", error="cancelled by the user")
         raise
@@ -162,4 +167,5 @@ def train_unstored(cfg: RunConfig, *, cache_dir, canaries: Callable[[Any], Any] 
     """
     _concrete(cfg)
     prep = prepare.prepare(cfg, cache_dir=cache_dir, canaries=canaries)
-    return loop.train(prep, store=None, run_id="unstored", progress=progress, cancel=cancel), prep
+    return devices.on_device(prep.device, loop.train, prep, store=None, run_id="unstored", progress=progress,
+                             cancel=cancel, cancel_queued=cancel), prep

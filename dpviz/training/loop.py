@@ -20,6 +20,7 @@ from dpviz import strategies
 from dpviz.training import distributed
 from dpviz.training import prepare
 from dpviz.training import resume
+from dpviz.training import shapes
 from dpviz.training.prepare import Cancelled, Prepared
 from dpviz.privacy import accounting, dpsgd
 from dpviz.strategies.base import PhasePlan, PhaseSetup
@@ -91,6 +92,9 @@ class Loop:
         self.overflows = 0  # fp16: examples with an overflow, set to 0 in their clipped contribution
         self.at: tuple | None = None  # (phase index, next step in it, its optimizer): where a resume goes on
         self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
+        self.count = shapes.shape_count(self.cfg.batch_shapes, self.dev)  # fixed batch sizes a phase (0: drawn)
+        self.fixed = self.count > 0  # read-only passes in padded chunks too
+        self.padder: shapes.Padder | None = None  # the current phase's (`run_phase`)
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:
@@ -98,7 +102,7 @@ class Loop:
 
     def head_features(self) -> torch.Tensor:
         """Penultimate features (n, d) of the private training set under the frozen backbone."""
-        return prepare.backbone_features(self.model, self.x, self.dev)
+        return prepare.backbone_features(self.model, self.x, self.dev, fixed=self.fixed)
 
     def setup(self, *, module, inputs=None, labels=None, sample_rate: float | None = None,
               private: bool | None = None, update: bool = True, optimizer=None) -> PhaseSetup:
@@ -127,7 +131,8 @@ class Loop:
             return
         # the head on the test split's features: computed again only when the backbone changed, so a run
         # whose backbone is frozen (LP) forwards the test split once, not at every evaluation
-        acc, loss = prepare.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev)
+        acc, loss = prepare.evaluate(self.model.head, self._test_features(), self.prep.bundle.y_test, self.dev,
+                                     fixed=self.fixed)
         self.last.update(test_accuracy=acc, test_loss=loss)
         self.rec.add(self.step, test_accuracy=acc, test_loss=loss)
         self.rec.flush(self.step)
@@ -139,14 +144,15 @@ class Loop:
     def _test_features(self) -> torch.Tensor:
         """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged."""
         if getattr(self, "_test_key", None) != self._backbone_state():
-            self._test_feats = prepare.backbone_features(self.model, self.prep.bundle.x_test, self.dev)
+            self._test_feats = prepare.backbone_features(self.model, self.prep.bundle.x_test, self.dev,
+                                                         fixed=self.fixed)
             self._test_key = self._backbone_state()
         return self._test_feats
 
     def _layer_features(self) -> dict:
         """Per-layer features of the evaluation subset, cached as `_test_features` is (LP checkpoints)."""
         if getattr(self, "_layer_key", None) != self._backbone_state():
-            self._layer_feats = prepare.layer_features(self.model, self.ev_x, self.ev_y, self.dev)
+            self._layer_feats = prepare.layer_features(self.model, self.ev_x, self.ev_y, self.dev, fixed=self.fixed)
             self._layer_key = self._backbone_state()
         return dict(self._layer_feats)
 
@@ -182,6 +188,7 @@ class Loop:
                                                 self.cfg, plan.lr)
         if state is not None:
             resume.load_phase(self, state, s.optimizer)
+        self.padder = self._padder(s, stepper)
         self._t = time.perf_counter()
         try:
             for k in range(start, plan.steps):
@@ -224,17 +231,31 @@ class Loop:
             raise Cancelled()
         return (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
 
+    def _padder(self, s: PhaseSetup, stepper) -> shapes.Padder | None:
+        """The phase's fixed physical batch sizes (`dpviz.training.shapes`; None: the drawn sizes as they are).
+        A distributed run's rank pads its shard: about n/W records sampled at q."""
+        if not self.count:
+            return None
+        ranks = self.world.size if self.world is not None and getattr(stepper, "mode", None) != "head" else 1
+        return shapes.padder(-(-len(s.labels) // ranks), s.sample_rate, self.count)
+
     def _step(self, stepper, s: PhaseSetup, idx: torch.Tensor, phase) -> dpsgd.StepStats:
         """Set the gradients of one step on batch ``idx``: DP-SGD, or a plain step."""
         batch, reduce = len(idx), None
         if self.world is not None and getattr(stepper, "mode", None) != "head":  # LP on cached features:
             idx, reduce = self.world.shard(idx), self.world.all_reduce  # every rank steps alike, unsharded
-        x, y = s.inputs[idx], s.labels[idx]
+        if self.padder is None:
+            x, y, mask = s.inputs[idx], s.labels[idx], None
+        else:  # padded to the phase's sizes; a batch above the largest is split, its parts listed
+            parts = self.padder.split(idx)
+            x, y, mask = ([s.inputs[i] for i, _ in parts], [s.labels[i] for i, _ in parts], [m for _, m in parts])
+            if len(parts) == 1:
+                x, y, mask = x[0], y[0], mask[0]
         can = self.prep.canaries if phase is not None else None  # canaries are private records only
         # white-box canaries are records of n without an image: they count in the expected batch q·n
         expected = phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)) if phase else 0
         if not s.private:
-            st = dpsgd.plain_step(stepper, x, y, self.cfg.precision, batch=batch, reduce=reduce)
+            st = dpsgd.plain_step(stepper, x, y, self.cfg.precision, batch=batch, reduce=reduce, mask=mask)
             if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless
                 params = [p for p in stepper.parameters() if p.requires_grad]
                 can.add(params, clip_norm=None, scale=1 / expected)
@@ -242,7 +263,7 @@ class Loop:
             return st
         return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
                                   expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
-                                  canaries=can if can is not None and can.virtual else None, reduce=reduce)
+                                  canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask)
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None

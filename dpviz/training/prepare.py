@@ -17,6 +17,7 @@ from torch import nn
 
 from dpviz import catalog, data, errors, models, strategies
 from dpviz.data import tokens
+from dpviz.training import shapes
 from dpviz.training.calibration import calibrated_phases, check_delta, check_public
 from dpviz.config import AUTO, RunConfig
 from dpviz.errors import ConfigError
@@ -135,24 +136,26 @@ def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str) -> tuple[float, float]:
-    """Test accuracy and mean cross-entropy, in chunks of 512."""
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str, *,
+             fixed: bool = False) -> tuple[float, float]:
+    """Test accuracy and mean cross-entropy, in chunks of 512 (``fixed``: of `shapes.PASS_CHUNK`, the last one
+    padded, so a GPU meets one shape)."""
     model.eval()
-    loss = correct = 0.0
-    for i in range(0, len(y), 512):
-        out = model(x[i:i + 512].to(device))
-        yy = y[i:i + 512].to(device)
-        loss += F.cross_entropy(out, yy, reduction="sum").item()
-        correct += (out.argmax(1) == yy).sum().item()
+    out = torch.cat(shapes.chunked(model, x, device=device, fixed=fixed, size=512))  # (M, K)
     model.train()
+    yy = y.to(out.device)
+    loss = F.cross_entropy(out, yy, reduction="sum").item()
+    correct = (out.argmax(1) == yy).sum().item()
     return correct / len(y), loss / len(y)
 
 
 @torch.no_grad()
-def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, device: str) -> dict:
-    """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels."""
+def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, device: str, *,
+                   fixed: bool = False) -> dict:
+    """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels (``fixed``: as in
+    `evaluate`)."""
     model.eval()
-    chunks = [model.backbone.layer_features(x[i:i + 256].to(device)) for i in range(0, len(x), 256)]
+    chunks = shapes.chunked(model.backbone.layer_features, x, device=device, fixed=fixed, size=256)
     model.train()
     out = {f"layer_{l}": torch.cat([c[l] for c in chunks]).float().cpu().numpy()
            for l in range(len(chunks[0]))}
@@ -161,9 +164,9 @@ def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, d
 
 
 @torch.no_grad()
-def backbone_features(model: models.Classifier, x: torch.Tensor, device: str) -> torch.Tensor:
-    """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase."""
+def backbone_features(model: models.Classifier, x: torch.Tensor, device: str, *, fixed: bool = False) -> torch.Tensor:
+    """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase (``fixed``: as in `evaluate`)."""
     model.eval()
-    f = torch.cat([model.backbone.forward_features(x[i:i + 512].to(device)) for i in range(0, len(x), 512)])
+    f = torch.cat(shapes.chunked(model.backbone.forward_features, x, device=device, fixed=fixed, size=512))
     model.train()
     return f
