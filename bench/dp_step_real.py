@@ -64,9 +64,11 @@ def unaliased(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def task_batch(name: str, inputs: str, B: int):
-    """(x, y, bundle): the first B training examples of the backbone's real task, or random token ids."""
-    cfg = RunConfig.from_dict(tasks.task_fields(REAL[name][1]), reset_unread=True)  # no public_dataset here
+def task_batch(name: str, inputs: str, B: int, data_dir: str | None = None):
+    """(x, y, bundle): the first B training examples of the backbone's real task (its files in ``data_dir``,
+    or where the task finds them), or random token ids."""
+    fields = {**tasks.task_fields(REAL[name][1]), **({"data_dir": data_dir} if data_dir else {})}
+    cfg = RunConfig.from_dict(fields, reset_unread=True)  # no public_dataset here
     bundle = data.load(cfg)
     x, y = bundle.x_train[:B].clone(), bundle.y_train[:B].clone()
     if inputs == "random":  # every position a word (ids above the special tokens): nothing to cut or mask

@@ -192,3 +192,44 @@ def test_every_real_task_scorecard_run_takes_its_rates_from_the_shipped_grid(tmp
     for cid, g, cfg in seen.values():
         _, res = autotune.resolve(cfg, cache_dir=tmp_path, search_ok=False)
         assert res.source in ("shipped", "unused"), (cid, g, res.source)  # "unused": a fixed rate and LP's unread
+
+
+@pytest.mark.slow
+def test_a_pass_cut_into_pieces_resumes_its_stopped_run_from_the_checkpoint(cache_dir, monkeypatch):
+    """A piece stops mid-run (as `stop_after` does: the cancel event); the next piece reopens that run from its
+    last checkpoint instead of training it again from step 0."""
+    import threading
+
+    from dpviz.store import Store
+    from dpviz.training import loop
+
+    tiny = {"epochs": 6, "checkpoint_every": 4, "lr_lp": 0.5, "lr_ft": 0.01}
+    stop, real = threading.Event(), loop.Loop.checkpoint
+
+    def checkpoint(self):
+        real(self)
+        if self.step >= 8:
+            stop.set()
+
+    monkeypatch.setattr(loop.Loop, "checkpoint", checkpoint)
+    assert r.run(["000-lpfft"], seeds=(0,), changes=tiny, cache_dir=cache_dir, cancel=stop) == []
+    store = Store(cache_dir)
+    (cut,) = store.list_runs(kind=None)
+    assert cut["status"] == "cancelled" and store.load_resume(cut["run_id"])["step"] == 8
+    monkeypatch.setattr(loop.Loop, "checkpoint", real)
+    (row,) = r.run(["000-lpfft"], seeds=(0,), changes=tiny, cache_dir=cache_dir)
+    runs = store.list_runs(kind=None)
+    assert len(runs) == 2 and all(x["status"] == "finished" for x in runs)  # the two groups' runs, once each
+    resumed = store.get_run(cut["run_id"])
+    assert resumed["status"] == "finished" and cut["run_id"] in [i for ids in row["run_ids"].values() for i in ids]
+    assert any(e["kind"] == "phase" and "from step" in (e["message"] or "") for e in store.events(cut["run_id"]))
+
+
+def test_stop_after_stops_a_pass_and_the_cli_says_how_to_go_on(cli_env):
+    cmd = [sys.executable, "-m", "dpviz", "reproduce", "--claims", "000-lpfft", "--seeds", "1", "--stop-after",
+           "0.0001", "--json"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and json.loads(out.stdout) == []
+    assert "the same command goes on" in out.stderr
+    bad = subprocess.run(cmd[:-2] + ["0", "--json"], env=cli_env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: stop-after: minutes > 0")

@@ -67,6 +67,10 @@ def add_reproduce(sub) -> None:
                     "the larger sizes grow the training set and the steps; only the scale-sensitive claims are read there)")
     rp.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"),
                     help="where the runs train (not part of a run's hash: a run trained on cuda answers on cpu)")
+    rp.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                    help="stop after this many minutes: the run in flight stops at its next step and the same "
+                    "command goes on later, resuming it from its last checkpoint (a pass in pieces, e.g. on a "
+                    "lent GPU of 10-minute calls)")
     rp.add_argument("--list", action="store_true", help="list the claims and exit")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(handler=cmd_reproduce)
@@ -183,6 +187,8 @@ def cmd_reproduce(args) -> int:
         raise ConfigError("seeds", "an integer >= 1", args.seeds)
     if args.workers < 1:
         raise ConfigError("workers", "an integer >= 1", args.workers)
+    if args.stop_after is not None and not 0 < args.stop_after < 10**6:
+        raise ConfigError("stop-after", "minutes > 0", args.stop_after)
 
     def progress(done, total, claim):
         print(f"\r[{done}/{total}] {claim:<16}", end="", file=sys.stderr, flush=True)
@@ -194,9 +200,16 @@ def cmd_reproduce(args) -> int:
         raise ConfigError("scale", f"a size task {args.task} has: "
                           f"{', '.join(s for s in reproduce.SCALES if s == 'small' or args.task in reproduce.SCALES[s])}",
                           args.scale)
+    stop = args.stop_after * 60 if args.stop_after is not None else None
     rows = reproduce.run(args.claims, task=args.task, seeds=tuple(range(args.seeds)), changes=changes,
-                         cache_dir=args.cache_dir, progress=progress, workers=args.workers, scale=args.scale)
+                         cache_dir=args.cache_dir, progress=progress, workers=args.workers, scale=args.scale,
+                         stop_after=stop)
     print(file=sys.stderr)
+    wanted = len(args.claims or reproduce.REGISTRY)
+    if stop is not None and len(rows) < wanted:
+        print(f"dpviz: stopped after {args.stop_after:g} min with {len(rows)} of {wanted} claims read; the same "
+              "command goes on (finished runs answer from the store, a stopped one resumes from its last "
+              "checkpoint)", file=sys.stderr)
     if args.json:
         print(dump(rows))
     else:

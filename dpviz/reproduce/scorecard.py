@@ -4,11 +4,13 @@ A claim that cannot be read on the task gets a row that says why instead of a ve
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
 
 from dpviz.config import RunConfig
+from dpviz.errors import Cancelled
 from dpviz.reproduce.claims import PAPERS, PRIVATE_NOTE, REGISTRY, SEED_FILES, Claim, at_scale
 from dpviz.reproduce.verdicts import NOT_READ, mean_std
 
@@ -77,7 +79,8 @@ def curves(m: dict) -> dict:
 
 
 def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None, cache_dir=None,
-        progress: Callable | None = None, cancel=None, workers: int = 1, scale: str = "small") -> list[dict]:
+        progress: Callable | None = None, cancel=None, workers: int = 1, scale: str = "small",
+        stop_after: float | None = None) -> list[dict]:
     """Train what the chosen claims need on ``task`` (finished runs answer from the cache) and return their rows.
 
     Args:
@@ -90,6 +93,10 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         cancel: a `threading.Event`; set, the scorecard stops after the current run (rows so far).
         workers: processes that train the runs first (`train`; 1: this process trains them).
         scale: the size (`claims.SCALES`): small, or a larger one the scale-sensitive claims are read at.
+        stop_after: seconds after which the pass stops (None: never): the run in flight stops at its next
+            step, stored cancelled with the snapshot of its last checkpoint, and the rows so far are returned.
+            Every run resumes a stopped run of its configuration from its snapshot (`dpviz.training.resume`),
+            so a pass cut into pieces (a device call of at most 10 minutes each) trains each step once.
     """
     from dpviz.runner import run as run_one
     from dpviz.store import Store
@@ -97,6 +104,11 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
     todo = plan(chosen, seeds, task, changes, scale)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
+    if stop_after is not None:
+        cancel = cancel or threading.Event()
+        timer = threading.Timer(stop_after, cancel.set)
+        timer.daemon = True
+        timer.start()
     if workers > 1:
         train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress, cancel=cancel)
     total = sum(len(v) for g in todo.values() for v in g.values())
@@ -112,7 +124,10 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
                 if cancel is not None and cancel.is_set():
                     return rows
                 key = cfg.to_json()
-                memo[key] = memo.get(key) or run_one(cfg, store=store)
+                try:
+                    memo[key] = memo.get(key) or run_one(cfg, store=store, cancel=cancel, resume=True)
+                except Cancelled:
+                    return rows
                 groups[g].append(memo[key])
                 done += 1
                 if progress:
@@ -154,7 +169,7 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
         if progress:
             progress(answered, len(configs), label)
 
-    pool.run(pool.Items(configs, partial(run_one, cache_dir=str(cache_dir))), workers=n, here=False,
+    pool.run(pool.Items(configs, partial(run_one, cache_dir=str(cache_dir), resume=True)), workers=n, here=False,
              progress=heard, cancel=cancel)
     return finished
 
