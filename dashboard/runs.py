@@ -109,8 +109,10 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
                     + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else "")
                     + (f" · launched {job.joined + 1}×, trained once" if job.joined else ""))
             render_progress(c1, now["fraction"], text, figures.color(job.cfg.strategy))
-            if not job.done and c2.button("Cancel", key=f"{key}-cancel-{job.job_id}"):
+            if not job.done and c2.button("Cancelling…" if now["phase"] == "cancelling" else "Cancel",
+                                          key=f"{key}-cancel-{job.job_id}", disabled=now["phase"] == "cancelling"):
                 job.cancel()
+                st.rerun(scope="fragment")  # the line says "cancelling…" at once, not at the next poll
         ids = [j.run_id for j in jobs if j.run_id]  # `results.curves` draws each run once
         if ids and curves:
             df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])

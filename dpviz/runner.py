@@ -14,15 +14,11 @@ from dpviz.privacy import opacus_accountants
 from dpviz.store import Store
 
 
-_IMPORTS = opacus_accountants.IMPORTS  # the accountants' placeholders and a first `import opacus`: one at a time
-
-
 def training_modules():
-    """The modules a run trains with, imported under one lock: two threads' first imports of torch and
-    opacus at once fail on Python's per-module locks (a partially initialised ``opacus.accountants``)."""
-    with _IMPORTS:
-        import opacus  # noqa: F401
-
+    """The modules a run trains with, imported under one lock (`opacus_accountants.IMPORTS`, which also
+    guards the accountants' own import and a first ``import opacus``): two threads' first imports at once
+    fail on Python's per-module locks. Opacus itself is not among them: the default run never uses it."""
+    with opacus_accountants.IMPORTS:
         from dpviz.training import calibration
         from dpviz.training import distributed
         from dpviz.training import execute

@@ -245,3 +245,27 @@ def test_the_configs_accountants_are_the_ones_accounting_composes():
     from dpviz.privacy import accounting
 
     assert fields.ACCOUNTANTS == tuple(accounting.BOUND_BY)
+
+
+def test_a_default_run_never_imports_opacus_itself_and_the_hooks_path_still_does(tmp_path):
+    """The default run (book-keeping, dpviz's accountants) loads none of Opacus's package: its privacy engine,
+    grad samplers and optimizers cost ≈ 2 s of every run's start. Two threads starting runs at once import
+    safely, and the hooks path still gets Opacus in full."""
+    code = """
+import sys, threading
+import dpviz
+cfgs = [dpviz.RunConfig(epochs=1, seed=s, lr_lp=0.5, lr_ft=0.01) for s in (0, 1)]
+out = []
+ts = [threading.Thread(target=lambda c=c: out.append(dpviz.run(c))) for c in cfgs]
+[t.start() for t in ts]; [t.join() for t in ts]
+assert len(out) == 2 and all(s["epsilon_spent"] <= 1.0 for s in out), out
+left = sorted(m for m in sys.modules if m == "opacus" or m.startswith("opacus."))
+assert not left, left
+dpviz.run(dpviz.RunConfig(epochs=1, grad_sample_mode="hooks", strategy="fft", lr_ft=0.01))
+assert "opacus.privacy_engine" in sys.modules
+print("ok")
+"""
+    env = {**__import__("os").environ, "DPVIZ_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")

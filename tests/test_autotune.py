@@ -290,3 +290,36 @@ def test_one_resolve_asks_the_registry_and_builds_configs_only_the_few_times_the
     (out, res), n = count.of(lambda: autotune.resolve(off_grid, cache_dir=cache_dir, trials=3))
     assert res.source == "search" and out.lr_ft == 0.03 and res.trials == 3, res
     assert n == (6, 3), n
+
+
+@pytest.mark.slow
+def test_a_cancelled_search_stops_inside_its_trial_and_the_next_resolution_trains_that_point(searching, cache_dir,
+                                                                                           monkeypatch):
+    """Cancel stops a search at the running trial's next step, not after the trial; the trial's point is
+    queued again, so the resumed search still trains every point once to completion."""
+    import threading
+
+    from dpviz.errors import Cancelled
+    from dpviz.training import loop
+
+    cfg = RunConfig(**SMALL, epsilon=8.0)
+    stop, real, seen = threading.Event(), loop.Loop.record, []
+
+    def record(self, st, lr, final):
+        seen.append(self.step)
+        if len(seen) == 3:  # the first trial's third step: cancelled there
+            stop.set()
+        return real(self, st, lr, final)
+
+    monkeypatch.setattr(loop.Loop, "record", record)
+    with pytest.raises(Cancelled):
+        autotune.resolve(cfg, cache_dir=cache_dir, trials=3, cancel=stop)
+    assert len(seen) == 3  # no step after the cancel: stopped within the trial, not after it
+    monkeypatch.setattr(loop.Loop, "record", real)
+    resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, trials=3)
+    assert res.source == "search" and resolved.auto == ()
+    study = autotune.search(cfg, ("lr_ft",), cache_dir=cache_dir, trials=3, run=False)[0]
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    (cut,) = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error", "").startswith("Cancelled")]
+    assert len({t.params["lr_ft"] for t in done}) == len(done) >= 3  # every point trained once
+    assert cut.params["lr_ft"] in {t.params["lr_ft"] for t in done}  # the stopped one too

@@ -108,3 +108,27 @@ def test_an_error_message_is_shown_as_plain_text():
 
     assert plain("/data/*/x_1.txt costs $5, _a_ [b](c)") == "/data/\\*/x_1.txt costs \\$5, \\_a\\_ \\[b\\](c)"
     assert json.dumps(plain("ok")) == '"ok"'
+
+
+@pytest.mark.slow
+def test_cancel_is_acknowledged_at_once_and_stops_a_search_trial_within_seconds(cache_dir, monkeypatch):
+    """A job searching its "auto" rates is cancelled inside a trial: its line says so at once, and it ends
+    cancelled within seconds, not after the trial (nor the search)."""
+    from dpviz.config import RunConfig
+
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    job = jm.submit(RunConfig(strategy="fft", epsilon=8.0, epochs=3))  # off the shipped grid: it searches
+    deadline = time.time() + 120
+    while not (job.phase == "searching" and Store(cache_dir).list_runs(kind=None)) and time.time() < deadline:
+        time.sleep(0.05)  # until a trial's run is training
+    assert job.phase == "searching"
+    job.cancel()
+    assert jm.state(job)["phase"] == "cancelling" and "cancelling" in jm.state(job)["text"]
+    t0 = time.time()
+    job.wait(60)  # a cancelled job ends without an error
+    assert job.status == "cancelled" and time.time() - t0 < 10
+    assert jm.state(job)["phase"] == "cancelled"
+    trial = Store(cache_dir).list_runs(kind=None)[-1]
+    assert trial["status"] == "cancelled" and trial["kind"] == "search"
+    jm.shutdown()

@@ -64,7 +64,10 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
     """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains.
 
     ``progress(k, n)`` is called before the k-th of n trials trains; ``cancel`` (an event) stops the search
-    between trials (`Cancelled`), leaving the finished trials for the next resolution to resume from."""
+    at the trial's next step (`Cancelled`), leaving the finished trials for the next resolution to resume from;
+    the stopped trial's point is queued again, so the next resolution trains it rather than skip it."""
+    from functools import partial
+
     from dpviz.training import execute
     from dpviz import sweeps
 
@@ -81,10 +84,25 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
         if progress is not None:
             finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
             progress(min(len(finished) + 1, trials), trials)
-        if not sweeps.work(study, run=execute.run, cache_dir=cache_dir, max_trials=1, kind="search"):
-            break
+        try:
+            if not sweeps.work(study, run=partial(execute.run, cancel=cancel), cache_dir=cache_dir, max_trials=1,
+                               kind="search"):
+                break
+        except Cancelled:
+            _queue_again(study)
+            raise
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
+
+
+def _queue_again(study) -> None:
+    """Queue the point of the trial a cancel just stopped (stored failed, "Cancelled: …") once more."""
+    from optuna.trial import TrialState
+
+    stopped = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+               if str(t.user_attrs.get("error", "")).startswith("Cancelled")]
+    if stopped:
+        study.enqueue_trial(max(stopped, key=lambda t: t.number).params)
 
 
 EXTEND_TRIALS = 3  # trials over the decade beyond an end of the range the best trial sits at

@@ -170,7 +170,10 @@ class JobManager:
 
     def state(self, job: Job) -> dict:
         """What ``job`` waits for, as {"phase", "text", "fraction"}: queued (its place in the queue), preparing,
-        searching learning rates (trial k of n), training (step of total), or how it ended."""
+        searching learning rates (trial k of n), training (step of total), cancelling, or how it ended."""
+        if job.cancel_event.is_set() and not job.done:  # acknowledged at once; the run stops at its next step
+            return {"phase": "cancelling", "text": "cancelling… (the run or search trial stops at its next step)",
+                    "fraction": min(job.step / job.total_steps, 1.0) if job.total_steps else 0.0}
         if job.phase == "queued":
             waiting = sorted(j.job_id for j in self.jobs.values() if j.phase == "queued")
             k = waiting.index(job.job_id) + 1 if job.job_id in waiting else 1

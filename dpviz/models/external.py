@@ -28,12 +28,15 @@ from functools import partial
 import timm
 import torch
 import torchvision
-from opacus.utils.module_utils import trainable_modules
-from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn import functional as F
 
 from dpviz.errors import BackboneError, ConfigError, load_failure
+from dpviz.privacy.opacus_accountants import import_opacus
+
+import_opacus()  # under the accountants' lock: never beside their placeholder import
+from opacus.utils.module_utils import trainable_modules  # noqa: E402
+from opacus.validators import ModuleValidator  # noqa: E402
 from dpviz.models.vit import ClsPos, ClsTokenFeatures, register_with_opacus
 
 register_with_opacus()  # this module uses Opacus anyway (its validators)

@@ -66,7 +66,9 @@ class Stepper:
             self.keeper = bk.BookKeeper(module, precision)
             self.forward = module
         else:
-            from opacus import GradSampleModule  # only here: the default path never imports Opacus's hooks
+            from dpviz.privacy.opacus_accountants import import_opacus
+
+            GradSampleModule = import_opacus().GradSampleModule  # only here: the default path never needs it
 
             from dpviz.models.vit import register_with_opacus
 

@@ -45,6 +45,13 @@ Opacus (`dpviz.runner.training_modules`): one thread's ``import opacus`` in the 
 placeholders fails on a half-removed package (``KeyError: 'opacus.accountants'``)."""
 
 
+def import_opacus() -> types.ModuleType:
+    """Opacus itself (its grad samplers, validators, privacy engine), imported once under `IMPORTS`: only
+    the hooks grad-sample mode and external backbones need it, never the default run (≈ 2 s here)."""
+    with IMPORTS:
+        return importlib.import_module("opacus")
+
+
 def _load(module: str) -> types.ModuleType:
     """``opacus.accountants.<module>``, importing only what that file imports."""
     full = f"opacus.accountants.{module}"
