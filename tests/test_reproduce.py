@@ -34,6 +34,8 @@ def test_dip_verdict_wants_fft_to_dip_and_lp_fft_not():
     assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.0, 0.01]}})[0] == r.AGREES
     assert r.judge_dip({"dips": {"fft": [0.05, 0.04], "lp-fft": [0.05, 0.04]}})[0] == r.PARTLY
     assert r.judge_dip({"dips": {"fft": [0.0, -0.01], "lp-fft": [0.0, 0.0]}})[0] == r.DOES_NOT
+    reading = r.judge_dip({"dips": {"fft": [-0.009, -0.009], "lp-fft": [0.02, 0.02]}})[1]
+    assert "FFT rises 0.009" in reading and "LP-FFT drops 0.020" in reading  # a rise is called a rise
 
 
 CURVES = {"1": {0.0: [0.5], 0.2: [0.7], 1.0: [0.55]}, "8": {0.0: [0.84], 0.4: [0.9], 1.0: [0.77]}}

@@ -162,10 +162,13 @@ def test_step_time_reading_uses_the_sparse_phase_only(tmp_path):
 def test_curvature_reading_names_the_dominant_term_at_each_runs_last_checkpoint():
     planted = (("a", 5, "sampling", 0.5), ("a", 10, "decelerator", 9.0), ("b", 4, "curvature", 0.1))
     df = pd.DataFrame([{"run_id": r, "label": r, "step": s, "dominant": dom, "decelerator": dec, "curvature": 1.0,
-                        "sampling": 2.0} for r, s, dom, dec in planted])
+                        "sampling": 2.0, "trace": 6.3e3} for r, s, dom, dec in planted])
     text = results.curvature_reading(df)
     assert "a at step 10: decelerator dominates D (decelerator 9 vs GᵀHG 1, tr(HΣ)/B 2)" in text
     assert "b at step 4: curvature dominates D" in text and "step 5" not in text
+    assert "negative" not in text  # every tr(H) positive: no warning about a negative one
+    df.loc[0, "trace"] = -2.0
+    assert "tr(H) is negative at a at step 5" in results.curvature_reading(df)
 
 
 def test_batch_prediction_reading_and_switch_step():

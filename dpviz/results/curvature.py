@@ -53,10 +53,14 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
 def curvature_reading(df: pd.DataFrame) -> str:
     """Per run, which term dominates D at its last analysed checkpoint (a `curvature_table`)."""
     last = df.sort_values("step").groupby("run_id").tail(1)
-    return ("; ".join(f"{r.label} at step {r.step}: {r.dominant} dominates D (decelerator {r.decelerator:.3g} vs "
-                      f"GᵀHG {r.curvature:.3g}, tr(HΣ)/B {r.sampling:.3g})" for r in last.itertuples())
-            + ". A negative tr(H) (an indefinite Hessian, common right after a random head is attached) makes "
-              "the second-order picture unreliable at that step.")
+    text = "; ".join(f"{r.label} at step {r.step}: {r.dominant} dominates D (decelerator {r.decelerator:.3g} vs "
+                     f"GᵀHG {r.curvature:.3g}, tr(HΣ)/B {r.sampling:.3g})" for r in last.itertuples()) + "."
+    negative = df[df["trace"] < 0]
+    if len(negative):  # only then: a positive tr(H) leaves the second-order picture as it is
+        at = ", ".join(f"{r.label} at step {r.step}" for r in negative.itertuples())
+        text += (f" tr(H) is negative at {at} (an indefinite Hessian, common right after a random head is "
+                 "attached): the second-order picture is unreliable there.")
+    return text
 
 
 def accountants_reading(rows: pd.DataFrame) -> str:
