@@ -199,3 +199,16 @@ def test_accountants_json_and_bad_input(cli_env):
         args[bad[0]] = bad[1]
         r = dpviz(["accountants", *[v for kv in args.items() for v in kv]], cli_env)
         assert r.returncode == 2 and r.stderr.startswith(f"dpviz: error: {field}") and len(r.stderr.splitlines()) == 1
+
+
+def test_a_search_on_the_command_line_names_the_flags_that_skip_it(capsys):
+    from dpviz.cli.common import SearchProgress
+
+    bar = SearchProgress(False, ("lr_ft",))
+    bar(1, 8)
+    bar.step(3, 12)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "lr_ft on auto" in err and "searching 8 short runs on public data" in err and "--lr-ft RATE skips it" in err
+    SearchProgress(True, ("lr_ft",))(1, 8)  # --quiet: nothing
+    assert capsys.readouterr().err == ""

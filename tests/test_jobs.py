@@ -3,6 +3,7 @@ runs left resumable; the wait policy every dpviz process starts with; labels tha
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -123,6 +124,9 @@ def test_cancel_is_acknowledged_at_once_and_stops_a_search_trial_within_seconds(
     while not (job.phase == "searching" and Store(cache_dir).list_runs(kind=None)) and time.time() < deadline:
         time.sleep(0.05)  # until a trial's run is training
     assert job.phase == "searching"
+    while "left" not in jm.state(job)["text"] and time.time() < deadline:
+        time.sleep(0.05)  # the trial's steps count, with a measured estimate
+    assert re.search(r"trial 1 of \d+, step \d+ of \d+, about (\d+ min )?\d+ s left", jm.state(job)["text"])
     job.cancel()
     assert jm.state(job)["phase"] == "cancelling" and "cancelling" in jm.state(job)["text"]
     t0 = time.time()
@@ -132,3 +136,9 @@ def test_cancel_is_acknowledged_at_once_and_stops_a_search_trial_within_seconds(
     trial = Store(cache_dir).list_runs(kind=None)[-1]
     assert trial["status"] == "cancelled" and trial["kind"] == "search"
     jm.shutdown()
+
+
+def test_a_wait_reads_as_a_person_reads_it():
+    from dpviz.jobs import duration
+
+    assert [duration(s) for s in (4.4, 59.6, 200, 3725)] == ["4 s", "1 min 00 s", "3 min 20 s", "1 h 02 min"]

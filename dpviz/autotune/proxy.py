@@ -63,7 +63,8 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
            progress=None, cancel=None):
     """The proxy search for ``cfg``'s ``fields``: (study, finished trials); with ``run=False`` nothing trains.
 
-    ``progress(k, n)`` is called before the k-th of n trials trains; ``cancel`` (an event) stops the search
+    ``progress(k, n)`` is called before the k-th of n trials trains, and ``progress.step(s, S)`` (where the
+    callback has that method) after each step s of the trial's S; ``cancel`` (an event) stops the search
     at the trial's next step (`Cancelled`), leaving the finished trials for the next resolution to resume from;
     the stopped trial's point is queued again, so the next resolution trains it rather than skip it."""
     from functools import partial
@@ -85,14 +86,20 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
             finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
             progress(min(len(finished) + 1, trials), trials)
         try:
-            if not sweeps.work(study, run=partial(execute.run, cancel=cancel), cache_dir=cache_dir, max_trials=1,
-                               kind="search"):
+            trial_run = partial(execute.run, cancel=cancel, progress=_steps_of(progress))
+            if not sweeps.work(study, run=trial_run, cache_dir=cache_dir, max_trials=1, kind="search"):
                 break
         except Cancelled:
             _queue_again(study)
             raise
     done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and t.value is not None]
     return study, done
+
+
+def _steps_of(progress):
+    """A trial run's ``progress(step, total, last)`` that reports its steps to ``progress.step`` (None: none)."""
+    step = getattr(progress, "step", None)
+    return None if step is None else (lambda s, total, last: step(s, total))
 
 
 def _queue_again(study) -> None:

@@ -114,8 +114,9 @@ class Progress:
 class SearchProgress:
     """The bar over an `auto` learning-rate search's trials on public data, before training starts."""
 
-    def __init__(self, quiet: bool):
-        self.quiet, self.bar = quiet, None
+    def __init__(self, quiet: bool, skip: tuple[str, ...] = ()):
+        """``skip``: the auto fields being searched, named in one line with the flags that skip the search."""
+        self.quiet, self.bar, self.skip = quiet, None, skip
 
     def __call__(self, k: int, n: int) -> None:
         if self.quiet:
@@ -123,10 +124,22 @@ class SearchProgress:
         if self.bar is None:
             from tqdm import tqdm
 
+            if self.skip:
+                flags = " ".join(f"--{f.replace('_', '-')} RATE" for f in self.skip)
+                print(f"dpviz: {', '.join(self.skip)} on auto, and this setting is not in the shipped grid: "
+                      f"searching {n} short runs on public data first (no privacy spent); {flags} skips it",
+                      file=sys.stderr)
+
             self.bar = tqdm(total=n, desc="searching learning rates on public data", file=sys.stderr, unit="trial")
         self.bar.total = max(self.bar.total, n)  # an edge extension adds trials
         self.bar.n = k - 1  # called before trial k trains
+        self.bar.set_postfix_str("")
         self.bar.refresh()
+
+    def step(self, s: int, total: int) -> None:
+        """Step s of the running trial's ``total``: the bar moves within a trial too."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"trial step {s}/{total}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -171,7 +171,9 @@ def _train(cfg, args) -> dict | None:
     from dpviz.store import Store
 
     cancel = threading.Event()
-    progress, search = Progress(cfg, args.quiet), SearchProgress(args.quiet)
+    from dpviz.autotune import used_fields
+
+    progress, search = Progress(cfg, args.quiet), SearchProgress(args.quiet, used_fields(cfg))
 
     def on_sigint(signum, frame):
         cancel.set()

@@ -23,6 +23,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class Job:
     status: str = "queued"  # queued, running, finished, failed, cancelled
     phase: str = "queued"  # queued, preparing, searching, waiting, training, then the final status
     search: tuple[int, int] | None = None  # (k, n): trial k of n of the learning-rate search
+    search_step: tuple[int, int] | None = None  # (s, S): step s of the current trial's S
+    trial_started: float | None = None  # time.time() when the current trial began
     run_id: str | None = None
     step: int = 0
     total_steps: int | None = None
@@ -118,6 +121,30 @@ class Job:
         """Block until the job ends; return its summary (re-raising its error)."""
         self.future.result(timeout)
         return self.summary
+
+
+class _Searching:
+    """A job's search progress: ``(k, n)`` before trial k of n, ``.step(s, S)`` after each of its steps."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def __call__(self, k: int, n: int) -> None:
+        self.job.search, self.job.phase, self.job.search_step = (k, n), "searching", None
+        self.job.trial_started = time.time()
+
+    def step(self, s: int, total: int) -> None:
+        self.job.search_step = (s, total)
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: "40 s", "3 min 20 s", "1 h 05 min"."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 class JobManager:
@@ -187,8 +214,13 @@ class JobManager:
                     f"{job.run_id}); its result answers this launch", "fraction": 0.0}
         if job.phase == "searching":
             k, n = job.search
-            return {"phase": "searching", "text": f"searching learning rates on public data ({k} of {n})",
-                    "fraction": (k - 1) / n if n else 0.0}
+            text = f"searching learning rates on public data: trial {k} of {n}"
+            if job.search_step and job.search_step[0] and job.trial_started:  # measured, not promised
+                s, total = job.search_step
+                per_step = (time.time() - job.trial_started) / s
+                left = per_step * ((total - s) + (n - k) * total)
+                text += f", step {s} of {total}, about {duration(left)} left"
+            return {"phase": "searching", "text": text, "fraction": (k - 1) / n if n else 0.0}
         frac = min(job.step / job.total_steps, 1.0) if job.total_steps else 0.0
         if job.phase == "training" and not job.step:  # a real backbone's first pass takes a while: say so
             return {"phase": "training", "text": "first step (the first forward and backward load and warm up "
@@ -214,8 +246,7 @@ class JobManager:
         def started(run_id):
             job.run_id, job.status, job.phase = run_id, "running", "training"
 
-        def searching(k, n):
-            job.search, job.phase = (k, n), "searching"
+        searching = _Searching(job)
 
         def waiting(run_id):
             job.run_id, job.phase = run_id, "waiting"
