@@ -142,3 +142,22 @@ def test_a_wait_reads_as_a_person_reads_it():
     from dpviz.jobs import duration
 
     assert [duration(s) for s in (4.4, 59.6, 200, 3725)] == ["4 s", "1 min 00 s", "3 min 20 s", "1 h 02 min"]
+
+
+def test_a_pass_over_the_data_before_the_first_step_is_counted(cache_dir, fast_cfg):
+    """An LP run's passes (the test split, the evaluation subset, the training set's features) report their rows
+    as they go, and a job's line counts them with the time left."""
+    from dpviz.jobs import Job
+    from dpviz.training import loop, prepare
+
+    seen = []
+    prep = prepare.prepare(fast_cfg(strategy="lp", lr_lp=0.5).fixed_rates(), cache_dir=cache_dir)
+    loop.train(prep, store=None, run_id="x", progress=lambda step, total, last: seen.append((step, last.get("pass"))))
+    passes = [p for step, p in seen if p is not None]
+    assert {p[0] for p in passes} >= {"test split", "features of the training set"}
+    train = [p for p in passes if p[0] == "features of the training set"]
+    assert train[-1][1] == train[-1][2] == prep.bundle.n and all(step == 0 for step, p in seen if p)
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    job = Job(job_id=1, cfg=prep.cfg, phase="training", last={"pass": ["features of the training set", 512, 2048, 4.0]})
+    assert jm.state(job)["text"] == "before the first step: features of the training set, 512 of 2,048, about 12 s left"
+    jm.shutdown()

@@ -156,4 +156,8 @@ def _bar(cfg, total):
 
 def _update(bar, step, last):
     bar.n = step
-    bar.set_postfix({k: f"{v:.3g}" for k, v in last.items() if v is not None}, refresh=True)
+    if "pass" in last:  # a pass over the data before or between steps (`Loop._pass`)
+        what, done, total, _ = last["pass"]
+        bar.set_postfix_str(f"{what}: {done:,} of {total:,}", refresh=True)
+        return
+    bar.set_postfix({k: f"{v:.3g}" for k, v in last.items() if isinstance(v, (int, float))}, refresh=True)

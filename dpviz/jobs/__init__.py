@@ -222,6 +222,11 @@ class JobManager:
                 text += f", step {s} of {total}, about {duration(left)} left"
             return {"phase": "searching", "text": text, "fraction": (k - 1) / n if n else 0.0}
         frac = min(job.step / job.total_steps, 1.0) if job.total_steps else 0.0
+        if job.phase == "training" and not job.step and job.last.get("pass"):  # a pass over the data: counted
+            what, done, total, spent = job.last["pass"]
+            left = f", about {duration(spent / done * (total - done))} left" if done and done < total else ""
+            return {"phase": "training", "text": f"before the first step: {what}, {done:,} of {total:,}{left}",
+                    "fraction": 0.0}
         if job.phase == "training" and not job.step:  # a real backbone's first pass takes a while: say so
             return {"phase": "training", "text": "first step (the first forward and backward load and warm up "
                     "the model; a pretrained backbone takes longest)", "fraction": 0.0}

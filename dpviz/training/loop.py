@@ -102,7 +102,21 @@ class Loop:
 
     def head_features(self) -> torch.Tensor:
         """Penultimate features (n, d) of the private training set under the frozen backbone."""
-        return prepare.backbone_features(self.model, self.x, self.dev, fixed=self.fixed)
+        return prepare.backbone_features(self.model, self.x, self.dev, fixed=self.fixed,
+                                         on_chunk=self._pass("features of the training set"))
+
+    def _pass(self, what: str):
+        """``on_chunk`` of a pass over data before or between steps: reports it to ``progress`` as ``last["pass"]``
+        = [what, rows done, rows in all, seconds so far], so a page counts it (a real backbone's pass over
+        thousands of texts takes minutes on a CPU)."""
+        if self.progress is None:
+            return None
+        t0 = time.perf_counter()
+
+        def report(done: int, total: int) -> None:
+            self.progress(self.step, self.prep.total_steps,
+                          {**self.last, "pass": [what, done, total, time.perf_counter() - t0]})
+        return report
 
     def setup(self, *, module, inputs=None, labels=None, sample_rate: float | None = None,
               private: bool | None = None, update: bool = True, optimizer=None) -> PhaseSetup:
@@ -145,14 +159,15 @@ class Loop:
         """Penultimate features (M, d) of the test split, cached while the backbone's weights are unchanged."""
         if getattr(self, "_test_key", None) != self._backbone_state():
             self._test_feats = prepare.backbone_features(self.model, self.prep.bundle.x_test, self.dev,
-                                                         fixed=self.fixed)
+                                                         fixed=self.fixed, on_chunk=self._pass("test split"))
             self._test_key = self._backbone_state()
         return self._test_feats
 
     def _layer_features(self) -> dict:
         """Per-layer features of the evaluation subset, cached as `_test_features` is (LP checkpoints)."""
         if getattr(self, "_layer_key", None) != self._backbone_state():
-            self._layer_feats = prepare.layer_features(self.model, self.ev_x, self.ev_y, self.dev, fixed=self.fixed)
+            self._layer_feats = prepare.layer_features(self.model, self.ev_x, self.ev_y, self.dev, fixed=self.fixed,
+                                                       on_chunk=self._pass("features of the evaluation subset"))
             self._layer_key = self._backbone_state()
         return dict(self._layer_feats)
 

@@ -137,11 +137,11 @@ def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str, *,
-             fixed: bool = False) -> tuple[float, float]:
+             fixed: bool = False, on_chunk=None) -> tuple[float, float]:
     """Test accuracy and mean cross-entropy, in chunks of 512 (``fixed``: of `shapes.PASS_CHUNK`, the last one
-    padded, so a GPU meets one shape)."""
+    padded, so a GPU meets one shape; ``on_chunk(done, total)`` after each)."""
     model.eval()
-    out = torch.cat(shapes.chunked(model, x, device=device, fixed=fixed, size=512))  # (M, K)
+    out = torch.cat(shapes.chunked(model, x, device=device, fixed=fixed, size=512, on_chunk=on_chunk))  # (M, K)
     model.train()
     yy = y.to(out.device)
     loss = F.cross_entropy(out, yy, reduction="sum").item()
@@ -151,11 +151,11 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str, *,
 
 @torch.no_grad()
 def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, device: str, *,
-                   fixed: bool = False) -> dict:
-    """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels (``fixed``: as in
-    `evaluate`)."""
+                   fixed: bool = False, on_chunk=None) -> dict:
+    """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels (``fixed``, ``on_chunk``:
+    as in `evaluate`)."""
     model.eval()
-    chunks = shapes.chunked(model.backbone.layer_features, x, device=device, fixed=fixed, size=256)
+    chunks = shapes.chunked(model.backbone.layer_features, x, device=device, fixed=fixed, size=256, on_chunk=on_chunk)
     model.train()
     out = {f"layer_{l}": torch.cat([c[l] for c in chunks]).float().cpu().numpy()
            for l in range(len(chunks[0]))}
@@ -164,9 +164,12 @@ def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, d
 
 
 @torch.no_grad()
-def backbone_features(model: models.Classifier, x: torch.Tensor, device: str, *, fixed: bool = False) -> torch.Tensor:
-    """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase (``fixed``: as in `evaluate`)."""
+def backbone_features(model: models.Classifier, x: torch.Tensor, device: str, *, fixed: bool = False,
+                      on_chunk=None) -> torch.Tensor:
+    """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase (``fixed``, ``on_chunk``: as
+    in `evaluate`)."""
     model.eval()
-    f = torch.cat(shapes.chunked(model.backbone.forward_features, x, device=device, fixed=fixed, size=512))
+    f = torch.cat(shapes.chunked(model.backbone.forward_features, x, device=device, fixed=fixed, size=512,
+                                 on_chunk=on_chunk))
     model.train()
     return f

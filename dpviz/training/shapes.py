@@ -98,10 +98,12 @@ def stated_shapes(count: int) -> int:
     return count + 1
 
 
-def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: bool, size: int = 512):
-    """``fn`` over ``x`` in chunks moved to ``device``; with ``fixed``, chunks of `PASS_CHUNK` rows, the last
+def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: bool, size: int = 512,
+            on_chunk: Callable[[int, int], None] | None = None):
+    """``fn`` over ``x`` in chunks moved to ``device``; with ``fixed``, chunks of `PASS_CHUNK` rows, the last one
     padded with copies of its first row and the padded outputs cut off. Returns the list of the chunks'
-    outputs (each a tensor or a list of tensors, with the chunk's real rows only)."""
+    outputs (each a tensor or a list of tensors, with the chunk's real rows only). ``on_chunk(done, total)``
+    is called after each chunk (rows done of all)."""
     size = PASS_CHUNK if fixed else size
     out = []
     for i in range(0, len(x), size):
@@ -111,4 +113,6 @@ def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: bool, size: int = 5
             xc = torch.cat([xc, xc[:1].expand(size - real, *xc.shape[1:])])
         r = fn(xc.to(device))
         out.append([t[:real] for t in r] if isinstance(r, (list, tuple)) else r[:real])
+        if on_chunk is not None:
+            on_chunk(i + real, len(x))
     return out
