@@ -15,3 +15,43 @@ def scorecard_rows(task: str, size: str = "small") -> dict[str, dict]:
         return {r["id"]: r for r in json.loads((FOLDER / "rows" / f"{name}.json").read_text())["rows"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def _results(name: str) -> dict:
+    try:
+        return json.loads((FOLDER / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def scorecard_verdicts(task: str, size: str = "small") -> dict[str, dict]:
+    """The project's own measured rows for ``task`` at ``size``: the full rows (with their figures' curves) where
+    `bench/run_scorecard.py` wrote them, else the verdict and reading of its results table (claim id → row, each
+    marked ``"file": True``); {} where no pass was measured."""
+    name = f"scorecard_{task}" + (f"_{size}" if size != "small" else "")
+    full = scorecard_rows(task, size)
+    doc = _results(name)
+    if full:
+        return {k: {**r, "file": True} for k, r in full.items()}
+    cols, seeds = doc.get("columns", []), _seeds(doc)
+    try:
+        at = {c: cols.index(c) for c in ("id", "verdict", "reading")}
+    except ValueError:
+        return {}
+    return {r[at["id"]]: {"id": r[at["id"]], "verdict": r[at["verdict"]], "reading": r[at["reading"]],
+                          "seeds": seeds, "file": True} for r in doc.get("rows", [])}
+
+
+def _seeds(doc: dict) -> int | None:
+    import re
+
+    m = re.search(r"(\d+) seeds", doc.get("notes", "") + " ".join(doc.get("columns", [])))
+    return int(m.group(1)) if m else None
+
+
+def provenance(task: str, size: str = "small") -> str | None:
+    """Where ``task``'s measured scorecard comes from: its command, machine and date (None: no file)."""
+    doc = _results(f"scorecard_{task}" + (f"_{size}" if size != "small" else ""))
+    if not doc.get("command"):
+        return None
+    return f"`{doc['command']}` on {doc.get('machine', 'an unrecorded machine')}, {doc.get('date', 'undated')}"

@@ -59,8 +59,11 @@ layout.render_task(sc, "runs", "scorecard")
 st.subheader("2 · Claims, per task")
 shown = st.multiselect("tasks shown", TASKS, default=TASKS, key="re_shown", format_func=lambda t: tasks.task(t).label)
 running = state.running(sc)
-rows = {t: ({} if running else {r["id"]: r for r in reproduce.stored_rows(
+mine = {t: ({} if running else {r["id"]: r for r in reproduce.stored_rows(
     claims, task=t, seeds=tuple(range(seeds)), cache_dir=state.store().root)}) for t in shown}
+# the project's own measured pass (its results files) wherever this store has no row of a claim yet
+filed = {t: published.scorecard_verdicts(t) for t in shown}
+rows = {t: {**{k: r for k, r in filed[t].items() if k in claims}, **mine[t]} for t in shown}
 
 
 def stored_config(run_id: str) -> dict | None:
@@ -74,14 +77,28 @@ def stored_config(run_id: str) -> dict | None:
 def cell(r: dict | None) -> str:
     if r is None:
         return "—"
-    return r["verdict"] if r["verdict"] == reproduce.NOT_READ else f"{r['verdict']} ({r['seeds']} seeds)"
+    text = r["verdict"] if r["verdict"] == reproduce.NOT_READ else f"{r['verdict']} ({r['seeds']} seeds)"
+    return text + (" · file" if r.get("file") else "")
+
+
+def task_cell(t: str, claim: str) -> str:
+    """This store's verdict; the measured pass's (· file) where the store has none; both where they differ."""
+    here, there = mine[t].get(claim), filed[t].get(claim)
+    if here is not None and there is not None and there["verdict"] != here["verdict"]:
+        return f"{cell(here)}; file: {there['verdict']}"
+    return cell(rows[t].get(claim))
 
 
 table = pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, "paper": reproduce.PAPERS[cl.seed][0],
-                       **{t: cell(rows[t].get(cl.id)) for t in shown}} for cl in reproduce.CLAIMS if cl.id in claims])
+                       **{t: task_cell(t, cl.id) for t in shown}} for cl in reproduce.CLAIMS if cl.id in claims])
 if not any(r["verdict"] != reproduce.NOT_READ for rs in rows.values() for r in rs.values()):
     st.info("No claim has all its runs on any task shown yet: run the scorecard above (about 20 minutes for all "
             "claims of the default task on 2 cores; under 90 for a real task). “—”: not run yet.")
+sources = [f"**{tasks.task(t).label}**: {p}" for t in shown if (p := published.provenance(t)) and filed[t]]
+if sources:
+    st.caption("*· file*: the project's own measured pass, from its results file, where this store has no run "
+               "of the claim yet; run the scorecard above for your own verdict, which replaces it claim by claim. "
+               + " ".join(sources))
 st.dataframe(table, hide_index=True, key="re_table")
 if any(r["seeds"] == 1 for rs in rows.values() for r in rs.values()):
     st.warning(f"**Verdicts from one seed.** {reproduce.ONE_SEED}", icon=":material/warning:")
@@ -98,6 +115,11 @@ for cl in [cl for cl in reproduce.CLAIMS if cl.id in claims and any(cl.id in row
                     continue
                 if r["verdict"] == reproduce.NOT_READ:
                     st.info(f"Not readable here: {r['reading']}")
+                    continue
+                if r.get("file"):
+                    st.caption("The project's own measured pass (results file): run the scorecard for this store's.")
+                if "measured" not in r:  # a results table's verdict: no curves to draw
+                    layout.reading(r["reading"])
                     continue
                 fig = figures.reproduce.claim_figure(r)
                 st.plotly_chart(fig, key=f"re_fig_{cl.id}_{t}")

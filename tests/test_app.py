@@ -598,3 +598,32 @@ def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):
     shown = [i.value for i in at.info if "What this search cost" in i.value]
     assert shown and f"ε = {cost['composed_epsilon']:.3g}" in shown[0]
     assert f"{cost['random_count_epsilon']['poisson']:.3g}" in shown[0]
+
+
+def test_reproduction_page_on_a_fresh_store_shows_the_measured_pass_beside_the_users_own(app_env, monkeypatch,
+                                                                                           tmp_path):
+    """No run in the store: every task's verdicts come from the project's results files, marked · file, with
+    their command, machine and date; a claim the user ran shows theirs, and the file's where they differ."""
+    from dashboard import published
+    from dpviz import reproduce
+
+    default_table = {"title": "Reproduction scorecard: default task", "columns": [
+        "id", "verdict", "dpviz's measurement (mean ± std, 3 seeds, auto rates)", "reading"],
+        "rows": [["000-lpfft", "agrees", "m", "LP-FFT ahead."], ["003-sparse", "partly", "m", "Close."]],
+        "notes": "3 seeds, 1 worker(s)", "command": "python bench/run_scorecard.py --task default",
+        "date": "2026-11-26", "machine": "2 CPU cores"}
+    (tmp_path / "scorecard_default.json").write_text(json.dumps(default_table))
+    groups = {g: [{"test_accuracy": a, "run_id": f"{g}-{i}"} for i, a in enumerate(v)]
+              for g, v in zip(("DP-LP-FFT", "DP-FFT"), ([0.6, 0.61, 0.62], [0.7, 0.71, 0.72]))}
+    mine = reproduce.row(reproduce.REGISTRY["000-lpfft"], None, groups, "default")  # the user's: does not
+    monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", scale="small", **kw:
+                        [mine] if (task, scale) == ("default", "small") else [])
+    monkeypatch.setattr(published, "FOLDER", tmp_path)
+    at = open_page("pages/reproduction.py")
+    assert not at.exception, [e.value for e in at.exception]
+    shown = at.dataframe[0].value.set_index("claim")
+    assert shown.loc["003-sparse", "default"] == "partly (3 seeds) · file"
+    assert shown.loc["000-lpfft", "default"] == "does not (3 seeds); file: agrees"
+    assert shown.loc["003-sparse", "real-text"] == "—"
+    assert any("python bench/run_scorecard.py --task default" in c.value and "2026-11-26" in c.value
+               for c in at.caption)
