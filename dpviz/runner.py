@@ -26,7 +26,7 @@ def training_modules():
 
 
 def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None, search_progress=None,
-             cancel=None) -> tuple[RunConfig, dict]:
+             cancel=None, rates: str = "search") -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the
     summary's ``auto`` entry; ``cfg`` keeps "auto" fields where ``search_ok`` is False and a search must train."""
     if not cfg.auto:
@@ -35,7 +35,7 @@ def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=N
 
     fields = cfg.auto
     out, resolution = autotune.resolve(cfg, cache_dir=store.root, search_ok=search_ok, validate=validate,
-                                       progress=search_progress, cancel=cancel)
+                                       progress=search_progress, cancel=cancel, rates=rates)
     return out, {"auto": {"fields": list(fields), **resolution.as_dict()}}
 
 
@@ -62,7 +62,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
         search_progress: Callable[[int, int], None] | None = None, kind: str = "user", resume: bool = False,
-        on_wait: Callable[[str], None] | None = None) -> dict:
+        on_wait: Callable[[str], None] | None = None, rates: str = "search") -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -85,6 +85,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         on_wait: called with a run id when another thread or process is training the same configuration:
             this request waits for it rather than train it a second time (`Store.start_run`), and its
             summary answers (``waited_for``); if it stops unfinished, this request trains.
+        rates: "search" (an "auto" setting off the shipped grid is searched on public data) or "grid" (the
+            nearest shipped grid entry's rates, no search; the ``auto`` entry's note says how far it is).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
@@ -101,7 +103,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     store = store or Store(cache_dir)
     world = distributed.current()
     if world is None or world.rank == 0:  # a distributed run's rates: rank 0 resolves (it may search) for all
-        cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel)
+        cfg, auto = resolved(cfg, store, validate=calibration.preview, search_progress=search_progress, cancel=cancel,
+                             rates=rates)
     if world is not None:
         d, auto = world.share((cfg.to_dict(), auto) if world.rank == 0 else None)
         cfg = RunConfig.from_dict(d)

@@ -323,3 +323,17 @@ def test_a_cancelled_search_stops_inside_its_trial_and_the_next_resolution_train
     (cut,) = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error", "").startswith("Cancelled")]
     assert len({t.params["lr_ft"] for t in done}) == len(done) >= 3  # every point trained once
     assert cut.params["lr_ft"] in {t.params["lr_ft"] for t in done}  # the stopped one too
+
+
+def test_rates_grid_takes_the_nearest_shipped_point_without_a_search_and_says_how_far(searching, cache_dir):
+    cfg = RunConfig(**SMALL, epsilon=8.0)  # 2 epochs: off the shipped grid, which would search
+    resolved, res = autotune.resolve(cfg, cache_dir=cache_dir, rates="grid")
+    assert res.source == "nearest" and "epochs 20 (asked 2)" in res.note and resolved.auto == ()
+    assert Store(cache_dir).list_runs(kind=None) == []  # nothing trained
+    at_grid, shipped = autotune.resolve(cfg.replace(epochs=20), cache_dir=cache_dir)
+    assert shipped.source == "shipped" and resolved.lr_ft == at_grid.lr_ft
+    _, searched = autotune.resolve(cfg, cache_dir=cache_dir, search_ok=False)
+    assert searched.source == "pending"  # the default still searches
+    other, res = autotune.resolve(cfg.replace(dataset="mnist", data_dir="/nowhere"), cache_dir=cache_dir,
+                                  rates="grid")
+    assert res.source == "default" and "no fft on mnist" in res.note

@@ -209,6 +209,6 @@ def test_a_search_on_the_command_line_names_the_flags_that_skip_it(capsys):
     bar.step(3, 12)
     bar.close()
     err = capsys.readouterr().err
-    assert "lr_ft on auto" in err and "searching 8 short runs on public data" in err and "--lr-ft RATE skips it" in err
+    assert "lr_ft on auto" in err and "searching 8 short runs on public data" in err and "--lr-ft RATE or --rates grid skips it" in err
     SearchProgress(True, ("lr_ft",))(1, 8)  # --quiet: nothing
     assert capsys.readouterr().err == ""

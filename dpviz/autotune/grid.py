@@ -125,6 +125,30 @@ def interpolate(points: list[dict], query: dict, axes: tuple[str, ...], fields) 
     return {f: math.exp(sum(w * math.log(table[c][f]) for c, w in corners if w > 0)) for f in fields}
 
 
+SAME = ("strategy", "dataset", "backbone")  # a nearest grid point must share these: rates do not carry across
+
+
+def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
+    """The shipped grid's key closest to ``key`` (a `key_of`), and its differences {field: (asked, grid's)}; None
+    where no entry shares ``key``'s strategy, dataset and backbone. Closest: the fewest differing fields, then
+    the smallest Σ |log(asked / grid's)| over the numeric ones."""
+    asked = json.loads(key)
+
+    def distance(k: dict) -> tuple[int, float]:
+        diff = [f for f in set(asked) | set(k) if asked.get(f) != k.get(f)]
+        spread = sum(abs(math.log(asked[f] / k[f])) for f in diff if isinstance(asked.get(f), (int, float))
+                     and isinstance(k.get(f), (int, float)) and asked[f] > 0 and k[f] > 0)
+        return len(diff), spread
+
+    near = [(distance(k), s) for s, k in ((s, json.loads(s)) for s in shipped())
+            if all(k.get(f) == asked.get(f) for f in SAME)]
+    if not near:
+        return None
+    best = min(near)[1]
+    grid = json.loads(best)
+    return best, {f: (asked.get(f), grid.get(f)) for f in sorted(set(asked) | set(grid)) if asked.get(f) != grid.get(f)}
+
+
 def lookup_key(key: str, point: dict, axes: tuple[str, ...], fields) -> tuple[dict, dict] | None:
     """Interpolated shipped values of ``fields`` at ``point`` ({"epsilon": ε, axis: value}) of the entry
     under ``key``, and that entry; None where the grid has no such entry or no point of ε's kind."""

@@ -24,7 +24,8 @@ class Resolution:
 
     Attributes:
         values: auto field → resolved value (fields the strategy does not read keep their defaults).
-        source: "shipped", "search", "default", "unused" (the strategy reads none of them) or
+        source: "shipped", "nearest" (the nearest shipped entry, asked for), "search", "default", "unused" (the
+            strategy reads none of them) or
             "pending" (a search is needed and has not run: `resolve(..., search=False)`).
         proxy: the public dataset behind the values (None for defaults).
         study: the Optuna study that holds the trials (a shipped point names the builder's study).
@@ -142,6 +143,23 @@ def _shipped(q: Query, **_) -> Resolution | None:
                                    how="which the shipped grid's searches did not extend"))
 
 
+def _nearest(q: Query, *, rates: str = "search", **_) -> Resolution | None:
+    """With ``rates="grid"``: the nearest shipped grid entry's rates instead of a search (none: the defaults)."""
+    if rates != "grid":
+        return None
+    near = grid.nearest_key(q.key)
+    hit = grid.lookup_key(near[0], q.point, q.axes, q.fields) if near else None
+    if hit is None:
+        return Resolution(values=q.defaults, source="default",
+                          note=f"fixed defaults: --rates grid, and the shipped grid has no {q.tuned.strategy} on "
+                               f"{q.tuned.dataset} with {q.tuned.backbone}")
+    found, entry = hit
+    apart = ", ".join(f"{f} {g} (asked {a})" for f, (a, g) in near[1].items())
+    return Resolution(values=_values(q, found), source="nearest", proxy=entry["proxy"], study=entry.get("study"),
+                      trials=entry.get("trials", 0),
+                      note=f"nearest shipped grid point, no search: {apart} (tuned on {entry['proxy']})")
+
+
 def _no_proxy(q: Query, **_) -> Resolution | None:
     if q.proxy is not None:
         return None
@@ -149,7 +167,7 @@ def _no_proxy(q: Query, **_) -> Resolution | None:
                       note=f"fixed defaults: dpviz has no public stand-in for {q.tuned.dataset} (set the rates to tune them)")
 
 
-def _searched(q: Query, *, cache_dir, trials, seed, search_ok, validate, progress, cancel) -> Resolution:
+def _searched(q: Query, *, cache_dir, trials, seed, search_ok, validate, progress, cancel, **_) -> Resolution:
     """A finished search's answer, or a new search's (trained here unless ``search_ok`` is False)."""
     cfg, fields = q.tuned, q.fields
     found = proxy.finished_search(cfg, fields, cache_dir, trials, seed, name=q.study)
@@ -191,12 +209,13 @@ def _searched(q: Query, *, cache_dir, trials, seed, search_ok, validate, progres
         warning=proxy.chance_warning(q.proxy, accuracy) or proxy.edge_warning(params, ranges, sides, extended=bool(beyond)))
 
 
-SOURCES = (_unused, _shipped, _no_proxy, _searched)
+SOURCES = (_unused, _shipped, _nearest, _no_proxy, _searched)
 """Tried in order on the query; the first that answers decides (`_searched` always answers)."""
 
 
 def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: int = 0,
-            search_ok: bool = True, validate=None, progress=None, cancel=None) -> tuple[RunConfig, Resolution]:
+            search_ok: bool = True, validate=None, progress=None, cancel=None,
+            rates: str = "search") -> tuple[RunConfig, Resolution]:
     """``cfg`` with its "auto" fields replaced, and how they were chosen (see `dpviz.autotune`).
 
     Args:
@@ -209,6 +228,8 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
             checks δ against the private data's size; resolving itself reads no private data).
         progress: a search's ``progress(k, n)``, called before trial k of n (`search`).
         cancel: a search's cancel event (`search`).
+        rates: "search" (a setting off the shipped grid is searched) or "grid" (it takes the nearest shipped grid
+            entry's rates, source "nearest", and its note says how far that entry is from the setting).
 
     ``DPVIZ_AUTO_SEARCH=off`` never trains a search: configs off the shipped grid without a finished
     search take the fixed defaults (source "default"), e.g. for batch jobs that must not wait.
@@ -224,5 +245,5 @@ def resolve(cfg: RunConfig, *, cache_dir=None, trials: int | None = None, seed: 
         return cfg, Resolution(values={}, source="explicit")
     q = query(cfg)
     ctx = dict(cache_dir=cache_dir, trials=trials, seed=seed, search_ok=search_ok, validate=validate,
-               progress=progress, cancel=cancel)
+               progress=progress, cancel=cancel, rates=rates)
     return q.answer(next(r for source in SOURCES if (r := source(q, **ctx)) is not None))

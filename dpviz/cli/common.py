@@ -127,7 +127,8 @@ class SearchProgress:
             if self.skip:
                 flags = " ".join(f"--{f.replace('_', '-')} RATE" for f in self.skip)
                 print(f"dpviz: {', '.join(self.skip)} on auto, and this setting is not in the shipped grid: "
-                      f"searching {n} short runs on public data first (no privacy spent); {flags} skips it",
+                      f"searching {n} short runs on public data first (no privacy spent); {flags} or --rates grid "
+                      "skips it",
                       file=sys.stderr)
 
             self.bar = tqdm(total=n, desc="searching learning rates on public data", file=sys.stderr, unit="trial")

@@ -29,6 +29,10 @@ def add_run(sub) -> None:
     r.add_argument("--resume", action="store_true", help="go on with the newest stopped (interrupted, cancelled, "
                    "failed) run of this configuration from its last checkpoint, if there is one: the same "
                    "batches, noise and ε as an uninterrupted run, on any number of processes")
+    r.add_argument("--rates", default="search", choices=("search", "grid"),
+                   help="learning rates on auto off the shipped grid: search them on public data first (search, "
+                   "the default), or take the nearest shipped grid point's at once (grid; the summary's auto "
+                   "note says how far it is from this setting)")
     r.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(handler=cmd_run)
@@ -145,7 +149,8 @@ def _run_rank(cfg, args) -> int:
         quiet = args.quiet or world.rank > 0
         progress = Progress(cfg, quiet)
         summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress,
-                             resume=getattr(args, "resume", False), on_wait=_say_wait(quiet))
+                             resume=getattr(args, "resume", False), on_wait=_say_wait(quiet),
+                             rates=getattr(args, "rates", "search"))
         progress.close()
     finally:
         distributed.close()
@@ -189,6 +194,7 @@ def _train(cfg, args) -> dict | None:
                 progress(*a)
             return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
                               search_progress=search, resume=getattr(args, "resume", False),
+                              rates=getattr(args, "rates", "search"),
                               on_wait=_say_wait(args.quiet))
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
