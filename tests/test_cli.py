@@ -212,3 +212,41 @@ def test_a_search_on_the_command_line_names_the_flags_that_skip_it(capsys):
     assert "lr_ft on auto" in err and "searching 8 short runs on public data" in err and "--lr-ft RATE or --rates grid skips it" in err
     SearchProgress(True, ("lr_ft",))(1, 8)  # --quiet: nothing
     assert capsys.readouterr().err == ""
+
+
+def documented_runs() -> list[tuple[str, list[str]]]:
+    """(page, argv after `run`) of every `dpviz run` command in the README and the getting-started page."""
+    import re
+    import shlex
+
+    out = []
+    for page in ("README.md", "docs/getting-started.md"):
+        for line in (ROOT / page).read_text().splitlines():
+            m = re.match(r"^(?:\$ )?(?:\.venv/bin/python -m |python -m )?dpviz run (.*?)(?:\s+#.*)?$", line.strip())
+            if m:
+                out.append((page, shlex.split(m.group(1))))
+    return out
+
+
+def test_every_documented_quick_command_answers_without_a_search(cache_dir, monkeypatch):
+    """A newcomer's first commands must not wait for a hidden learning-rate search: each `dpviz run` of the
+    README and the getting-started page resolves its rates from the shipped grid (or is a bad-input example)."""
+    from dpviz import runner
+    from dpviz.cli import build_parser
+    from dpviz.cli.common import config_from_args
+    from dpviz.errors import ConfigError
+    from dpviz.store import Store
+    from dpviz.training import calibration
+
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")  # as a user has it: off the grid, a search would train
+    commands = documented_runs()
+    assert len(commands) >= 3
+    for page, argv in commands:
+        args = build_parser().parse_args(["run", *argv])
+        try:  # as `runner.run` resolves: bad input (checked before a search would train) is refused first
+            cfg = config_from_args(args)
+            calibration.preview(cfg)
+        except ConfigError:
+            continue  # a documented bad-input example
+        _, auto = runner.resolved(cfg, Store(cache_dir), search_ok=False, rates=args.rates)
+        assert auto.get("auto", {}).get("source") != "pending", f"{page}: `dpviz run {' '.join(argv)}` would search"
