@@ -352,13 +352,39 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
         st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")
 
 
+def render_pending_search(cfg: RunConfig, res: dict, cache_dir=None) -> None:
+    """A search the launch would train first: how many trials, how long by this machine's measured trials, and
+    one click to the nearest shipped grid rates instead."""
+    from dpviz.jobs import duration
+    from dpviz.store import Store
+
+    n = autotune.trials_for(autotune.used_fields(cfg))
+    per = autotune.proxy.trial_seconds(cfg, Store(cache_dir))
+    when = (f"about {duration(n * per)} on this machine (its search trials on {cfg.backbone} took "
+            f"{duration(per)} each)" if per else "its time is measured once the first trial runs")
+    what = res["note"].removeprefix("searched at launch: ")
+    st.warning(f"Learning rates on auto: this setting is off the shipped grid, so Launch first **searches them: "
+               f"{what}**; {when}.", icon=":material/hourglass:")
+    near, how = autotune.resolve(cfg, cache_dir=cache_dir, rates="grid")
+    if how.source == "nearest":
+        st.button(f"Use the nearest grid rates instead ({how.note.split(': ', 1)[-1]})", key="f_use_grid",
+                  on_click=_use_rates, args=({f: getattr(near, f) for f in autotune.used_fields(cfg)},))
+
+
+def _use_rates(values: dict) -> None:
+    """Button callback: the rates become numbers in the form (their auto toggles off)."""
+    for f, v in values.items():
+        st.session_state[f"f_{f}_auto"] = False
+        st.session_state[f"f_{f}"] = float(v)
+
+
 def render_resolution(cfg: RunConfig, cache_dir=None) -> None:
     """What the "auto" learning rates become for this config, and where they come from, before launch."""
     if not cfg.auto:
         return
     res = autotune.resolve(cfg, cache_dir=cache_dir, search_ok=False)[1].as_dict()  # shipped: < 50 ms
     if res["source"] == "pending":
-        st.caption(f"Learning rates on auto: {res['note']}.")
+        render_pending_search(cfg, res, cache_dir)
         return
     vals = ", ".join(f"{LR_LABELS.get(f, f)} = {v:.4g}" for f, v in res["resolved"].items()
                      if f in strategies.get(cfg.strategy).lr_fields)

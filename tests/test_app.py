@@ -627,3 +627,23 @@ def test_reproduction_page_on_a_fresh_store_shows_the_measured_pass_beside_the_u
     assert shown.loc["003-sparse", "real-text"] == "—"
     assert any("python bench/run_scorecard.py --task default" in c.value and "2026-11-26" in c.value
                for c in at.caption)
+
+
+def test_the_form_says_a_launch_would_search_how_long_and_offers_the_nearest_grid_rates(app_env, monkeypatch):
+    """Off the shipped grid, Launch would search: the form says so before launch, with the trials and a time
+    measured from this store's search runs, and one click takes the nearest grid rates instead (no search)."""
+    from dpviz import autotune
+
+    monkeypatch.setenv("DPVIZ_AUTO_SEARCH", "on")
+    monkeypatch.setattr(autotune.proxy, "trial_seconds", lambda cfg, store: 6.0)  # as if 6 s trials were stored
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_strategy").set_value("fft").run()
+    at.number_input(key="f_epochs").set_value(2).run()  # off the grid
+    (warn,) = [w.value for w in at.warning if "searches them" in w.value]
+    n = autotune.trials_for(("lr_ft",))
+    assert f"{n} short DP runs" in warn and f"about {n * 6} s on this machine" in warn and "6 s each" in warn
+    at.button(key="f_use_grid").click().run()
+    assert not at.exception and at.session_state["f_lr_ft_auto"] is False
+    assert not any("searches them" in w.value for w in at.warning)  # nothing left to search
+    near, _ = autotune.resolve(__import__("dpviz").RunConfig(strategy="fft", epochs=2), rates="grid")
+    assert at.number_input(key="f_lr_ft").value == pytest.approx(near.lr_ft)

@@ -337,3 +337,15 @@ def test_rates_grid_takes_the_nearest_shipped_point_without_a_search_and_says_ho
     other, res = autotune.resolve(cfg.replace(dataset="mnist", data_dir="/nowhere"), cache_dir=cache_dir,
                                   rates="grid")
     assert res.source == "default" and "no fft on mnist" in res.note
+
+
+def test_a_search_trial_time_is_measured_from_this_stores_search_runs(cache_dir):
+    store = Store(cache_dir)
+    cfg = RunConfig(**SMALL, epsilon=8.0)
+    assert autotune.proxy.trial_seconds(cfg, store) is None  # nothing measured yet: no estimate
+    for i, wall in enumerate((4.0, 6.0, 30.0)):
+        c = cfg.replace(seed=i, dataset="glyphs", lr_ft=0.01, lr_lp=0.5)
+        run_id, _ = store.start_run(c.hash(), c.to_json(), 10, kind="search")
+        store.finish_run(run_id, "finished", summary={"wall_time_s": wall})
+    assert autotune.proxy.trial_seconds(cfg, store) == 6.0  # the median
+    assert autotune.proxy.trial_seconds(cfg.replace(backbone="vit"), store) is None  # another backbone's

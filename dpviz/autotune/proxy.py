@@ -96,6 +96,16 @@ def search(cfg: RunConfig, fields, *, cache_dir=None, trials: int | None = None,
     return study, done
 
 
+def trial_seconds(cfg: RunConfig, store) -> float | None:
+    """How long one trial of ``cfg``'s search takes on this machine, measured: the median training time of the
+    store's finished search runs on the same backbone (None: none yet, so no estimate)."""
+    import statistics
+
+    times = [r["summary"]["wall_time_s"] for r in store.list_runs("finished", kind="search")
+             if r["config"].get("backbone") == cfg.backbone and (r.get("summary") or {}).get("wall_time_s")]
+    return statistics.median(times) if times else None
+
+
 def _steps_of(progress):
     """A trial run's ``progress(step, total, last)`` that reports its steps to ``progress.step`` (None: none)."""
     step = getattr(progress, "step", None)
