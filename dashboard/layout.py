@@ -66,14 +66,15 @@ def _render_job_count(jm, follow: bool) -> None:
     tables and empty states follow the store without a reload."""
     seen = jm.store.signature() if follow else None
 
-    @st.fragment(run_every=1.0 if follow or jm.active() else None)
+    @st.fragment(run_every=1.0 if follow or jm.active() or state.running_tasks() else None)
     def count():
         if follow and jm.store.signature() != seen:
             st.rerun()
-        active = jm.active()
+        active, tasks = jm.active(), state.running_tasks()
         by = Counter(jm.state(j)["phase"] for j in active)
+        by.update(label for label, _ in tasks)  # a private search, an audit, the scorecard: active too
         detail = f" ({', '.join(f'{n} {p}' for p, n in by.items())})" if by else ""
-        st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active)} active{detail}")
+        st.caption(f"Store: `{jm.store.root}`  \nBackground runs: {len(active) + len(tasks)} active{detail}")
 
     count()
 

@@ -66,6 +66,16 @@ def running(t: dict) -> bool:
     return t["thread"] is not None and t["thread"].is_alive()
 
 
+STARTED: set[str] = set()  # the names of the tasks this server started (`task` is cached per name)
+TASK_LABELS = {"scorecard": "scorecard", "audit": "audit", "audit-sweep": "audit sweep",
+               "theory-overlay": "theory overlay", "private-search": "private search"}
+
+
+def running_tasks() -> list[tuple[str, dict]]:
+    """(label, task) of this server's page tasks that are running now (a private search, an audit, …)."""
+    return [(TASK_LABELS.get(n, n), task(n)) for n in sorted(STARTED) if running(task(n))]
+
+
 def start_task(name: str, work) -> None:
     """Run ``work(progress, cancel)`` in a background thread unless task ``name`` is already running.
 
@@ -77,6 +87,7 @@ def start_task(name: str, work) -> None:
     t = task(name)
     if running(t):
         return
+    STARTED.add(name)
     t.update(done=0, total=0, label=None, result=None, error=None)
     t["cancel"].clear()
 

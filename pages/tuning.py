@@ -203,7 +203,9 @@ st.subheader("2 · Trials")
 study = studies.pick("tune", "tu_study", "search",
                      format_func=lambda s: f"{s.study_name} — {figures.tuning.subtitle(s)}")
 if study is None:
-    st.info("No search yet: launch one above (or `python -m dpviz tune … --proxy glyphs`).")
+    st.info("A private search is running (its progress is above): its trials appear here as they finish."
+            if state.running(state.task("private-search")) else
+            "No search yet: launch one above (or `python -m dpviz tune … --proxy glyphs`).")
     st.stop()
 name = study.study_name
 

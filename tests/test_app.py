@@ -647,3 +647,23 @@ def test_the_form_says_a_launch_would_search_how_long_and_offers_the_nearest_gri
     assert not any("searches them" in w.value for w in at.warning)  # nothing left to search
     near, _ = autotune.resolve(__import__("dpviz").RunConfig(strategy="fft", epochs=2), rates="grid")
     assert at.number_input(key="f_lr_ft").value == pytest.approx(near.lr_ft)
+
+
+def test_a_running_private_search_counts_as_active_and_its_page_says_so(app_env):
+    """A page task (here a private search) is active in the sidebar's count, and the Tuning page's trials section
+    says a search is running rather than "No search yet"."""
+    import threading
+
+    from dashboard import state
+
+    release = threading.Event()
+    state.start_task("private-search", lambda progress, cancel: release.wait(60))
+    try:
+        at = open_page("pages/tuning.py")
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("1 active (1 private search)" in c.value for c in at.sidebar.caption)
+        assert any("A private search is running" in i.value for i in at.info)
+        assert not any("No search yet" in i.value for i in at.info)
+    finally:
+        release.set()
+        state.task("private-search")["thread"].join(5)
