@@ -367,7 +367,7 @@ def render_pending_search(cfg: RunConfig, res: dict, cache_dir=None) -> None:
                f"{what}**; {when}.", icon=":material/hourglass:")
     near, how = autotune.resolve(cfg, cache_dir=cache_dir, rates="grid")
     if how.source == "nearest":
-        st.button(f"Use the nearest grid rates instead ({how.note.split(': ', 1)[-1]})", key="f_use_grid",
+        st.button(f"Use the nearest grid rates instead — {how.note.split(': ', 1)[-1]}", key="f_use_grid",
                   on_click=_use_rates, args=({f: getattr(near, f) for f in autotune.used_fields(cfg)},))
 
 

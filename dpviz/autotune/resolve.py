@@ -157,7 +157,7 @@ def _nearest(q: Query, *, rates: str = "search", **_) -> Resolution | None:
     apart = ", ".join(f"{f} {g} (asked {a})" for f, (a, g) in near[1].items())
     return Resolution(values=_values(q, found), source="nearest", proxy=entry["proxy"], study=entry.get("study"),
                       trials=entry.get("trials", 0),
-                      note=f"nearest shipped grid point, no search: {apart} (tuned on {entry['proxy']})")
+                      note=f"nearest shipped grid point (tuned on {entry['proxy']}), no search: {apart}")
 
 
 def _no_proxy(q: Query, **_) -> Resolution | None:
