@@ -137,6 +137,8 @@ def test_a_claim_s_figure_at_every_size_side_by_side():
     assert [a.text for a in fig.layout.annotations] == ["small: agrees", "medium: agrees"]
     assert [(t.name, t.xaxis) for t in fig.data] == [("fft", "x"), ("lp-fft", "x"), ("fft", "x2")]
     assert list(fig.data[2].x) == [0, 24, 48] and fig.data[2].showlegend is False
+    from dpviz.figures.style import color
+    assert [t.line.color for t in fig.data] == [color("fft"), color("lp-fft"), color("fft")]  # as on every page
     law = scale_figure({"small": row("small", depth={"auto rate": [1.0, 0.5, 0.1]})})
     assert list(law.data[0].x) == [0, 1, 2] and law.layout.yaxis.title.text.startswith("log₁₀ D_l")
     bars = scale_figure({"small": row("small", measured={"DP-LP-FFT": {"mean": 0.6, "std": 0.1}}),
