@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import threading
 import time
 from concurrent.futures import Future
@@ -31,56 +30,12 @@ from dataclasses import dataclass, field
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
 from dpviz.jobs import pool
+from dpviz.training.threads import DaemonPool
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
 
 
 STOP_WAIT_S = 5.0  # how long a stopping process waits for its runs to reach a step boundary
-
-
-class _Pool:
-    """A fixed pool of daemon threads with `concurrent.futures` futures. Daemon, so that a process asked to
-    stop never waits minutes for a run still loading its backbone: `JobManager.interrupt` stores its runs as
-    interrupted first (ThreadPoolExecutor's threads are joined at exit, whatever they are doing)."""
-
-    def __init__(self, workers: int, name: str):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._closed = False
-        self._threads = [threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True) for i in range(workers)]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, fn, *args, **kwargs) -> Future:
-        if self._closed:
-            raise RuntimeError("cannot submit to a pool that was shut down")
-        future = Future()
-        self._queue.put((future, fn, args, kwargs))
-        return future
-
-    def _loop(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, fn, args, kwargs = item
-            if future.set_running_or_notify_cancel():  # False: cancelled while queued
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as e:  # noqa: BLE001 - the future carries it to whoever waits
-                    future.set_exception(e)
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        self._closed = True
-        if cancel_futures:
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    item[0].cancel()
-        for _ in self._threads:
-            self._queue.put(None)
-        if wait:
-            for t in self._threads:
-                t.join()
 
 
 @dataclass
@@ -160,10 +115,10 @@ class JobManager:
         # leaves torch's own choice.
         self.torch_threads = pool.threads_per_worker(workers) if workers > 1 else None
         self.max_workers = workers  # runs that train at once
-        self.pool = _Pool(workers, "dpviz-job")
+        self.pool = DaemonPool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
-        self.analysis_pool = _Pool(1, "dpviz-analysis")
-        self.curvature_pool = _Pool(1, "dpviz-curvature")
+        self.analysis_pool = DaemonPool(1, "dpviz-analysis")
+        self.curvature_pool = DaemonPool(1, "dpviz-curvature")
         self.jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
         # when the process ends (a server stopped by SIGTERM or Ctrl-C: its main thread returns), before

@@ -15,50 +15,16 @@ resolve, an analysis a run starts) runs inline, so the worker never waits for it
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, TypeVar
 
 from dpviz.errors import Cancelled
+from dpviz.training.threads import DaemonPool
 
 T = TypeVar("T")
 POLL_S = 0.2  # how often a waiting caller looks at its cancel event
-_workers: dict[str, "_Worker"] = {}
+_workers: dict[str, DaemonPool] = {}
 _lock = threading.Lock()
-
-
-class _Worker:
-    """A daemon thread running submitted functions one after another (daemon: a process asked to stop does
-    not wait for a run; the store's take-over finds an interrupted run)."""
-
-    def __init__(self, device: str):
-        self.device, self._items, self._ready = device, [], threading.Condition()
-        self.busy = False
-        self.thread = threading.Thread(target=self._loop, name=f"dpviz-device-{device}", daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable, args, kwargs) -> Future:
-        future = Future()
-        with self._ready:
-            self._items.append((future, fn, args, kwargs))
-            self._ready.notify()
-        return future
-
-    def _loop(self) -> None:
-        while True:
-            with self._ready:
-                while not self._items:
-                    self._ready.wait()
-                future, fn, args, kwargs = self._items.pop(0)
-            if not future.set_running_or_notify_cancel():  # cancelled while queued
-                continue
-            self.busy = True
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 - the future carries it to the caller
-                future.set_exception(e)
-            finally:
-                self.busy = False
 
 
 def key(device) -> str | None:
@@ -71,14 +37,15 @@ def key(device) -> str | None:
     return f"cuda:{d.index if d.index is not None else torch.cuda.current_device()}"
 
 
-def worker(device) -> _Worker | None:
-    """The device's worker thread, started on first use (None on a CPU)."""
+def worker(device) -> DaemonPool | None:
+    """The device's worker: a pool of one daemon thread, started on first use (None on a CPU). Daemon: a
+    process asked to stop does not wait for a run; the store's take-over finds it interrupted."""
     k = key(device)
     if k is None:
         return None
     with _lock:
         if k not in _workers:
-            _workers[k] = _Worker(k)
+            _workers[k] = DaemonPool(1, f"dpviz-device-{k}")
         return _workers[k]
 
 
@@ -93,11 +60,11 @@ def on_device(device, fn: Callable[..., T], /, *args, cancel_queued: threading.E
         on_queue: called once if the worker is busy with other work when this call arrives.
     """
     w = worker(device)
-    if w is None or threading.current_thread() is w.thread:
+    if w is None or threading.current_thread() in w.threads:
         return fn(*args, **kwargs)
     if w.busy and on_queue is not None:
         on_queue()
-    future = w.submit(fn, args, kwargs)
+    future = w.submit(fn, *args, **kwargs)
     while True:
         try:
             return future.result(timeout=POLL_S)

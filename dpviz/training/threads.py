@@ -9,12 +9,18 @@ analysis threads, search workers — spinning threads take the cores their sibli
 (torchrun ranks, detached analyses, sweep and scorecard workers) inherits it. A value the user set wins;
 the variable must be set before torch is first imported, so a notebook that imports torch before dpviz
 keeps libgomp's default (set it in the shell, or ``%env GOMP_SPINCOUNT=1000`` first).
+
+`DaemonPool` is dpviz's pool of Python threads: the dashboard's job threads and each GPU's one worker
+(`dpviz.training.devices`).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
+from concurrent.futures import Future
 
 SPIN = {"GOMP_SPINCOUNT": "1000"}
 """libgomp's spin before a waiting thread sleeps (its default: 300000): measured in the README's contention
@@ -34,3 +40,52 @@ def set_wait_policy(environ=None) -> dict:
     chosen = {k: v for k, v in SPIN.items() if k not in environ}
     environ.update(chosen)
     return chosen
+
+
+class DaemonPool:
+    """A fixed pool of daemon threads with `concurrent.futures` futures. Daemon, so that a process asked to
+    stop never waits minutes for a run still loading its backbone: `JobManager.interrupt` stores its runs as
+    interrupted first (ThreadPoolExecutor's threads are joined at exit, whatever they are doing)."""
+
+    def __init__(self, workers: int, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self.busy = 0  # items running now
+        self.threads = [threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True) for i in range(workers)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        if self._closed:
+            raise RuntimeError("cannot submit to a pool that was shut down")
+        future = Future()
+        self._queue.put((future, fn, args, kwargs))
+        return future
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():  # False: cancelled while queued
+                self.busy += 1
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # noqa: BLE001 - the future carries it to whoever waits
+                    future.set_exception(e)
+                finally:
+                    self.busy -= 1
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self.threads:
+            self._queue.put(None)
+        if wait:
+            for t in self.threads:
+                t.join()
