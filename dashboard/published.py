@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -29,10 +30,9 @@ def scorecard_verdicts(task: str, size: str = "small") -> dict[str, dict]:
     `bench/run_scorecard.py` wrote them, else the verdict and reading of its results table (claim id → row, each
     marked ``"file": True``); {} where no pass was measured."""
     name = f"scorecard_{task}" + (f"_{size}" if size != "small" else "")
-    full = scorecard_rows(task, size)
-    doc = _results(name)
-    if full:
+    if full := scorecard_rows(task, size):
         return {k: {**r, "file": True} for k, r in full.items()}
+    doc = _results(name)
     cols, seeds = doc.get("columns", []), _seeds(doc)
     try:
         at = {c: cols.index(c) for c in ("id", "verdict", "reading")}
@@ -43,8 +43,6 @@ def scorecard_verdicts(task: str, size: str = "small") -> dict[str, dict]:
 
 
 def _seeds(doc: dict) -> int | None:
-    import re
-
     m = re.search(r"(\d+) seeds", doc.get("notes", "") + " ".join(doc.get("columns", [])))
     return int(m.group(1)) if m else None
 
