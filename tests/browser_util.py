@@ -64,6 +64,27 @@ def server_process(cache_dir: Path, log: Path):
             proc.kill()
 
 
+SETTLED = """() => !document.querySelector('[data-testid="stSkeleton"]')
+                   && !document.querySelector('[data-stale="true"] [data-testid="stSlider"]')"""
+
+
+def slide(page, index: int, presses: int, value: float, timeout: float = 60.0) -> None:
+    """Move the ``index``-th slider by ``presses`` arrow keys to ``value``, as a user does: on the drawn page.
+
+    Keys pressed while a redraw replaces the slider land on the old element and are lost (a user sees the
+    thumb stay and presses again); so wait for the redraw to end first, then check the thumb moved.
+    """
+    page.wait_for_function(SETTLED, timeout=timeout * 1000)
+    page.get_by_role("slider").nth(index).focus()
+    for _ in range(abs(presses)):
+        page.keyboard.press("ArrowRight" if presses > 0 else "ArrowLeft")
+    thumb, deadline = page.get_by_role("slider").nth(index), time.time() + timeout
+    shown = "s => s.getAttribute('aria-valuetext')"  # the value the thumb shows (`value` is an option's index)
+    while abs(float(thumb.evaluate(shown)) - value) > 1e-9:
+        assert time.time() < deadline, f"slider {index} stayed at {thumb.evaluate(shown)}, not {value}"
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def browser():
     from playwright.sync_api import sync_playwright

@@ -6,7 +6,7 @@ import time
 import pytest
 from PIL import Image
 
-from browser_util import browser, need_chromium, server
+from browser_util import browser, need_chromium, server, slide
 from dpviz.store import Store
 
 pytestmark = pytest.mark.slow
@@ -26,14 +26,9 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         page = b.new_page(viewport={"width": 1400, "height": 1600})
         page.goto(url, timeout=60000)
         page.get_by_text("Launch run").wait_for(timeout=90000)
-        sliders = page.get_by_role("slider")
-        eps, lp = sliders.nth(0), sliders.nth(1)
-        eps.focus()
-        page.keyboard.press("ArrowRight")  # ε 1.0 → 1.5
+        slide(page, 0, 1, 1.5)  # ε 1.0 → 1.5
         page.get_by_text("ε = 1.5,").wait_for(timeout=60000)
-        lp.focus()
-        for _ in range(4):  # p 0.30 → 0.50
-            page.keyboard.press("ArrowRight")
+        slide(page, 1, 4, 0.5)  # p 0.30 → 0.50, once the redraw for ε has ended
         page.get_by_text("lp 60 steps").wait_for(timeout=60000)
         epochs = page.get_by_label("epochs")
         epochs.fill("8")

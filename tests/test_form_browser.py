@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_util import browser, need_chromium, server
+from browser_util import browser, need_chromium, server, slide
 from dpviz.store import Store
 
 pytestmark = pytest.mark.slow
@@ -234,9 +234,7 @@ def test_a_reload_in_between_keeps_the_form_and_launches_it(page):
     """Fields changed, the page reloaded, Launch: the reloaded form shows the changed fields and launches them."""
     page, cache, url = page
     choose(page, "strategy", "fft")
-    page.get_by_role("slider").nth(0).focus()
-    for _ in range(2):  # ε 1.0 → 2.0
-        page.keyboard.press("ArrowRight")
+    slide(page, 0, 2, 2.0)  # ε 1.0 → 2.0, once fft's form is drawn
     page.get_by_text("ε = 2, δ").first.wait_for(timeout=30000)
     settled(page)  # fft's columns replace lp-fft's: until the redraw ends, the old seed box is there too
     seed = page.get_by_label("seed", exact=True)
