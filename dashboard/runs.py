@@ -12,7 +12,7 @@ from dpviz.figures import export
 
 from . import state
 
-LIVE_METRICS = (("loss", "Training loss"), ("test_accuracy", "Test accuracy"), ("epsilon", "ε spent"))
+LIVE_METRICS = ("loss", "test_accuracy", "epsilon")
 
 
 def _launch(cfgs, what: str) -> None:
@@ -115,12 +115,8 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
                 st.rerun(scope="fragment")  # the line says "cancelling…" at once, not at the next poll
         ids = [j.run_id for j in jobs if j.run_id]  # `results.curves` draws each run once
         if ids and curves:
-            df = results.curves(state.store(), ids, [m for m, _ in LIVE_METRICS])
-            cols = st.columns(len(LIVE_METRICS))
-            for col, (metric, _) in zip(cols, LIVE_METRICS):
-                fig = figures.metric_curves(df, metric)
-                fig.update_layout(height=360)  # small multiples, each with its legend: the runs by colour and dash
-                col.plotly_chart(fig, key=f"{key}-{metric}")
+            df = results.curves(state.store(), ids, list(LIVE_METRICS))
+            st.plotly_chart(figures.live_curves(df, LIVE_METRICS), key=f"{key}-curves")
 
     live()
 

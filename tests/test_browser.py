@@ -12,12 +12,13 @@ from dpviz.store import Store
 pytestmark = pytest.mark.slow
 
 
-def plot_points(page, index: int) -> int:
-    """How many points the index-th plotly chart's traces hold (0 if not drawn yet)."""
+def plot_points(page, index: int, yaxis: str = "y") -> int:
+    """How many points the traces on ``yaxis`` of the index-th plotly chart hold (0 if not drawn yet)."""
     return page.evaluate(f"""() => {{
         const p = document.querySelectorAll('.js-plotly-plot')[{index}];
         if (!p || !p._fullData) return 0;
-        return p._fullData.reduce((n, t) => n + (t._length || (t.x && t.x.length) || 0), 0); }}""")
+        return p._fullData.filter(t => t.yaxis === '{yaxis}')
+            .reduce((n, t) => n + (t._length || (t.x && t.x.length) || 0), 0); }}""")
 
 
 def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
@@ -36,8 +37,8 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         page.get_by_text("lp 24 steps").wait_for(timeout=60000)
         page.get_by_text("Launch run").click()
         deadline, grown = time.time() + 180, 0
-        while time.time() < deadline and grown < 3:  # the test-accuracy chart (2nd live chart) grows
-            grown = plot_points(page, 1)
+        while time.time() < deadline and grown < 3:  # the test-accuracy panel (the live chart's 2nd) grows
+            grown = plot_points(page, 0, "y2")
             time.sleep(0.5)
         assert grown >= 3, "the live accuracy chart never grew"
         bar = page.locator('.dpviz-progress[role="progressbar"]').first  # the run's bar, in lp-fft's colour
@@ -98,3 +99,37 @@ def test_a_page_lists_a_run_that_another_process_stored_after_it_was_drawn(cache
         assert page.get_by_text("No run has feature checkpoints yet").count() == 0
         assert page.locator('[data-testid="stException"]').count() == 0
     assert waited < 15, f"the page took {waited:.1f} s to list the run"
+
+
+def test_live_charts_of_runs_on_three_datasets_read_at_1280_and_1024_px(cache_dir, tmp_path):
+    """Three runs launched on three datasets (each from its own deep link, as three users of one server): the
+    Runs page's live charts keep every title, axis title and legend entry whole and uncovered at 1280 and
+    1024 px (a legend under each of three narrow charts covered "training step" and cut its entries)."""
+    from figure_checks import FIGURES_JS, figure_problems
+
+    need_chromium()
+    rates = "lr_lp_auto=0&lr_lp=0.5&lr_ft_auto=0&lr_ft=0.02"  # typed: off the shipped grid, auto would search
+    with browser() as b, server(cache_dir, tmp_path / "server.log") as url:
+        for dataset in ("digits", "glyphs", "synthetic"):
+            page = b.new_page(viewport={"width": 1280, "height": 1400})
+            page.goto(f"{url}/?dataset={dataset}&epochs=2&seed=3&{rates}", timeout=60000)
+            page.get_by_role("button", name="Launch run").click(timeout=90000)
+            page.get_by_text(f"Launched lp-fft").first.wait_for(timeout=60000)
+            page.close()
+        deadline = time.time() + 240
+        while time.time() < deadline and sum(r["status"] == "finished" for r in Store(cache_dir).list_runs()) < 3:
+            time.sleep(1.0)
+        runs = Store(cache_dir).list_runs()
+        assert sorted(r["config"]["dataset"] for r in runs) == ["digits", "glyphs", "synthetic"], runs
+        page = b.new_page(viewport={"width": 1280, "height": 1400})
+        page.goto(url, timeout=60000)
+        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].some(p => p._fullData "
+                               "&& p._fullData.length >= 3)", timeout=90000)
+        rows = []
+        for width in (1280, 1024):  # the sidebar open: the main column is ≈ 950 and ≈ 700 px wide
+            page.set_viewport_size({"width": width, "height": 1400})
+            time.sleep(1.5)  # the columns reflow and plotly redraws at the new width
+            figs = [f for f in page.evaluate(FIGURES_JS) if f["traces"] >= 3]
+            assert figs, "no live chart of the three runs"
+            rows += [f"{width} px, figure {f['index']} {f['title']!r}: {p}" for f in figs for p in figure_problems(f)]
+        assert not rows, f"{len(rows)} problem(s):\n" + "\n".join(rows)

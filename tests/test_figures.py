@@ -310,3 +310,19 @@ def test_csv_export_is_tidy_one_column_per_field():
     out = pd.read_csv(__import__("io").BytesIO(export.csv_bytes(df)))
     assert "group" not in out and "group.lr" in out and "group.strategy" not in out  # the same as "strategy"
     assert not [c for c in out if out[c].astype(str).str.lstrip().str.startswith(("{", "[")).any()]
+
+
+def test_live_curves_draw_each_run_once_in_the_legend_and_alike_in_every_panel():
+    df = pd.concat([curves(["lp", "fft", "lp"]).assign(metric=m) for m in ("loss", "test_accuracy", "epsilon")])
+    df["run_id"] = df["label"] = [f"{s} {i // 3 % 3}" for i, s in enumerate(df["strategy"])]  # two lp runs
+    fig = figures.live_curves(df, ("loss", "test_accuracy", "epsilon"))
+    assert [a.text for a in fig.layout.annotations] == ["Training loss", "Test accuracy", "ε spent"]
+    assert [fig.layout[f"xaxis{k}"].title.text for k in ("", 2, 3)] == ["training step"] * 3
+    assert fig.layout.yaxis.title.text == "cross-entropy, nats" and fig.layout.yaxis2.title.text == "fraction"
+    shown = [tr.name for tr in fig.data if tr.showlegend is not False]
+    assert shown == ["lp 0", "fft 1", "lp 2"]  # one legend entry per run
+    for rid in shown:  # the same colour and dash in every panel
+        lines = {(tr.line.color, tr.line.dash) for tr in fig.data if tr.legendgroup == rid}
+        assert len(lines) == 1 and len([tr for tr in fig.data if tr.legendgroup == rid]) == 3
+    lp = {tr.legendgroup: tr.line.dash for tr in fig.data if tr.name.startswith("lp")}
+    assert lp["lp 0"] != lp["lp 2"]  # two runs of one strategy and ε: two dashes

@@ -1,7 +1,8 @@
 """Every page in a real browser, over a store of a few real small runs: a full-page screenshot of each
 (in ``tests/screenshots/``, or ``$DPVIZ_SCREENSHOTS``) and checks on what it draws — no exception box, no
 plotly title clipped by its figure, no figure of several traces without a legend, no legend over an axis
-title, no select cut at 1024 px, no request beyond loopback.
+title or cut by its figure's edge, no select cut at 1024 px, no request beyond loopback (the Runs page's live
+charts of runs on several datasets, at 1280 and 1024 px: `test_browser`).
 
 One browser session visits every page of `dashboard.layout.PAGES` through the sidebar; the checks read
 the drawn page (plotly's SVG and ``_fullData``), so they see what a user sees. Each assertion lists every
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from browser_util import ROOT, browser, need_chromium, server
+from figure_checks import FIGURES_JS, clipped_titles, covered_axis_titles, cut_legend_entries, missing_legend
 
 pytestmark = pytest.mark.slow
 
@@ -35,34 +37,6 @@ TRUNCATED_JS = """() => [...document.querySelectorAll(
             && e.scrollWidth > e.clientWidth + 1).map(e => `${label}: "${e.innerText}" drawn ${e.scrollWidth} px`
             + ` in ${e.clientWidth} px`);
     })"""
-
-# What each plotly figure on the page draws: its title's extent against its SVG, its traces, legend, annotations.
-FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((p, i) => {
-    const svg = p.querySelector('svg.main-svg');
-    // A figure in a closed expander is not drawn (content-visibility: hidden), and Chromium's renderer crashes on
-    // getComputedTextLength of a multi-line title there (nothing to catch): it counts as not displayed.
-    const shown = svg && !p.closest('details:not([open])');
-    const sr = shown ? svg.getBoundingClientRect() : {left: 0, top: 0, width: 0};
-    const titles = !sr.width ? [] : [...p.querySelectorAll('.gtitle')].map(t => {
-        const r = t.getBoundingClientRect();
-        let len = 0;
-        try { len = t.getComputedTextLength(); } catch (e) {}
-        return {text: t.textContent, left: r.left - sr.left, right: r.right - sr.left, top: r.top - sr.top,
-                width: r.width, text_len: len};
-    });
-    const data = (p._fullData || []).filter(t => t.visible === true);
-    const names = data.map(t => t.name || '');
-    const ann = ((p._fullLayout && p._fullLayout.annotations) || []).map(a => a.text || '').join(' | ');
-    const layoutTitle = p.layout && p.layout.title ? (p.layout.title.text || p.layout.title) : '';
-    const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
-    const legendItems = [...p.querySelectorAll('.legend .traces')].map(box);  // what a legend draws: its entries
-    const axisTitles = [...p.querySelectorAll('.g-xtitle, .g-ytitle')].filter(t => t.textContent.trim())
-        .map(t => ({text: t.textContent, box: box(t)}));
-    return {index: i, svg_width: sr.width, title: typeof layoutTitle === 'string' ? layoutTitle : '',
-            legend_items: legendItems, axis_titles: axisTitles,
-            titles: titles, traces: data.length, names: names, legend: !!p.querySelector('.legend'),
-            annotations: ann};
-})"""
 
 # Streamlit's state: still running (status widget, spinners, skeletons), how many charts and alerts are drawn.
 STATE_JS = """() => [!!document.querySelector('[data-testid="stStatusWidget"], [data-testid="stSpinner"]'),
@@ -134,36 +108,6 @@ def full_page_screenshot(page, path: Path) -> None:
     time.sleep(0.6)
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
-
-
-def clipped_titles(fig: dict) -> list[str]:
-    """A title whose drawn text starts left of its figure's SVG, ends right of it or starts above it is cut off
-    there."""
-    if not fig["svg_width"]:  # not displayed (a closed expander or another tab): nothing to measure
-        return []
-    return [f"title {t['text']!r} spans {t['left']:.0f}…{t['right']:.0f} px of a {fig['svg_width']:.0f} px figure"
-            f" from {t['top']:.0f} px under its top"
-            for t in fig["titles"] if t["left"] < -1 or t["right"] > fig["svg_width"] + 1 or t["top"] < -1
-            or ("<br>" not in fig["title"] and t["width"] + 1 < t["text_len"])]  # a wrapped title sums its lines
-
-
-def missing_legend(fig: dict) -> str | None:
-    """Several traces, no legend, and annotations that do not name them: the traces cannot be told apart."""
-    if fig["traces"] < 2 or fig["legend"] or not fig["svg_width"]:
-        return None
-    names = [n for n in fig["names"] if n]
-    if names and all(n in fig["annotations"] for n in names):
-        return None
-    return f"{fig['traces']} traces ({', '.join(repr(n) for n in fig['names'][:6])}) and no legend"
-
-
-def covered_axis_titles(fig: dict) -> list[str]:
-    """Axis titles whose drawn box overlaps a legend entry's (its line or marker and its text)."""
-    if not fig["svg_width"]:
-        return []
-    return [f"the legend entry at {lb[0]:.0f},{lb[1]:.0f} covers axis title {t['text']!r}" for t in fig["axis_titles"]
-            for lb in fig["legend_items"]
-            if t["box"][0] < lb[2] - 1 and lb[0] < t["box"][2] - 1 and t["box"][1] < lb[3] - 1 and lb[1] < t["box"][3] - 1]
 
 
 def slug(title: str) -> str:
@@ -281,6 +225,12 @@ def test_no_select_is_cut_at_1024_px(visits):
 def test_no_legend_covers_an_axis_title(visits):
     rows = [f"{title}, figure {f['index']} {f['title']!r}: {c}" for title, v in visits.items()
             for f in v["figures"] for c in covered_axis_titles(f)]
+    assert not rows, report(rows)
+
+
+def test_no_legend_entry_is_cut(visits):
+    rows = [f"{title}, figure {f['index']} {f['title']!r}: {c}" for title, v in visits.items()
+            for f in v["figures"] for c in cut_legend_entries(f)]
     assert not rows, report(rows)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from dpviz.figures.runs import band_curves, metric_curves, utility_curve
+from dpviz.figures.runs import band_curves, live_curves, metric_curves, utility_curve
 from dpviz.figures.style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
 
 _SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "theory", "tuning")
@@ -22,5 +22,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "metric_curves",
+__all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "live_curves", "metric_curves",
            "private_caption", "utility_curve", "with_caption", *_SUBJECTS]

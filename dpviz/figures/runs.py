@@ -9,18 +9,23 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpviz.figures.style import DASHES, SERIES, color, dash_by_eps, eps_order, eps_text, layout, log_axis
+from dpviz.figures.style import (DASHES, LEGEND_LINE, SERIES, color, dash_by_eps, eps_order, eps_text, layout,
+                                 log_axis, wrap)
 from dpviz.figures.style import label as axis_label
 
 LOG_METRICS = ("lr",)
 """Metrics drawn on a log axis: a learning rate spans decades (LP-FFT's head rate is ~30× its backbone's)."""
 
 
+def _name(metric: str) -> str:
+    """``metric``'s label without its unit, capitalised ("kNN" and "ε" kept as they are)."""
+    name = axis_label(metric).split(" (")[0]
+    return name[:1].upper() + name[1:] if name[:1].isascii() and not name[1:2].isupper() else name
+
+
 def _title(metric: str, df: pd.DataFrame) -> str:
     eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
-    name = axis_label(metric).split(" (")[0]
-    if name[:1].isascii() and not name[1:2].isupper():  # keep "kNN"; ε stays lowercase
-        name = name[:1].upper() + name[1:]
+    name = _name(metric)
     title = f"{name} vs step, ε ∈ {{{', '.join(eps_text(e) for e in eps)}}}"
     datasets = sorted({str(d) for d in df["dataset"]}) if "dataset" in df else []
     return title + (f"<br>runs on different datasets: {', '.join(datasets)}" if len(datasets) > 1 else "")
@@ -30,19 +35,57 @@ def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:
     return layout(fig, title, "training step", ylabel, height=380)
 
 
+def _run_lines(d: pd.DataFrame, dash: dict):
+    """(run id, label, colour, dash) per run of ``d``: the strategy's colour, a dash per ε, and the next dash
+    for each further run of the same strategy and ε."""
+    seen: dict = {}
+    for (rid, label, strat, eps), g in d.groupby(["run_id", "label", "strategy", "epsilon"], sort=False):
+        k = seen[(strat, str(eps))] = seen.get((strat, str(eps)), -1) + 1
+        yield rid, label, g, dict(color=color(strat), dash=DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k)
+                                                                   % len(DASHES)])
+
+
 def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
     """One line per run for ``metric`` (df from `results.curves`)."""
     fig = go.Figure()
     d = df[df["metric"] == metric]
-    dash = dash_by_eps(df) if len(df) else {}
-    seen: dict = {}
-    for (rid, label, strat, eps), g in d.groupby(["run_id", "label", "strategy", "epsilon"], sort=False):
-        k = seen[(strat, str(eps))] = seen.get((strat, str(eps)), -1) + 1  # same strategy and ε: vary dash
-        style = DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k) % len(DASHES)]
-        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=label, mode="lines",
-                                 line=dict(color=color(strat), dash=style)))
+    for _, label, g, line in _run_lines(d, dash_by_eps(df) if len(df) else {}):
+        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines", line=line))
     fig = _layout(fig, _title(metric, df) if len(df) else axis_label(metric), axis_label(metric))
     return log_axis(fig, "y", d["value"]) if metric in LOG_METRICS and len(d) else fig
+
+
+def live_curves(df: pd.DataFrame, metrics: tuple[str, ...]) -> go.Figure:
+    """``metrics`` side by side, one panel each, and one legend under them all: a line per run (df from
+    `results.curves`), the same run in the same colour and dash in every panel.
+
+    One figure rather than a figure per metric: the panels share the page's width, the title and the legend
+    take all of it, so neither is cut nor covers an axis title in a narrow window.
+    """
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[_name(m) for m in metrics],
+                        horizontal_spacing=0.1)
+    dash = dash_by_eps(df) if len(df) else {}
+    for col, metric in enumerate(metrics, start=1):
+        for rid, label, g, line in _run_lines(df[df["metric"] == metric], dash):
+            fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines",
+                                     line=line, legendgroup=rid, showlegend=col == 1), row=1, col=col)
+    title = _title(metrics[0], df).split(", ", 1)[-1] if len(df) else ""
+    fig = layout(fig, f"Live runs, {title}" if title else "Live runs", None, None, height=400)
+    for col, metric in enumerate(metrics, start=1):  # after `layout`, which sets the first panel's titles
+        fig.update_yaxes(title_text=_unit(metric), row=1, col=col)
+    fig.update_xaxes(title_text="training step")
+    fig.update_annotations(font=dict(size=13))  # the panels' titles
+    return fig.update_layout(legend_y=-0.25)  # an entry of two lines stays clear of the axis titles
+
+
+def _unit(metric: str) -> str:
+    """The unit part of ``metric``'s axis label ("fraction", "cross-entropy, nats"), or the label itself."""
+    if metric == "epsilon":
+        return "ε at the run's δ"
+    text = axis_label(metric)
+    return text[text.index("(") + 1:-1] if text.endswith(")") and "(" in text else text
 
 
 def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:

@@ -74,6 +74,8 @@ def label(metric: str) -> str:
 
 TITLE_LINE = 56
 """Characters a title line may take: it fits a 450 px Streamlit column at the title's 15 px font."""
+LEGEND_LINE = 40
+"""Characters a legend entry's line may take: an entry of a horizontal legend stays within a 350 px figure."""
 
 
 def wrap(text: str, width: int = TITLE_LINE) -> str:
