@@ -46,7 +46,7 @@ def _launch_shown() -> None:
     from . import forms
 
     if (cfg := forms.shown_config()) is not None:  # refused: the page's rerun shows the form's error box
-        _launch([cfg], f"Launched {cfg.strategy} at ε = {cfg.epsilon:g} in the background")
+        _launch([cfg], f"Launched {results.launch_label(cfg.to_dict())} in the background")
 
 
 def render_launch() -> None:
@@ -101,11 +101,12 @@ def render_live(job_ids=None, *, curves: bool = True, key: str = "live") -> None
             if job_ids is None:
                 st.caption("No run launched from this server yet: launch one above, or open stored runs below.")
             return
+        names = results.config_labels({j.job_id: j.cfg.to_dict() for j in jobs})  # what tells the jobs apart
         for job in jobs:
             c1, c2 = st.columns([6, 1])
             now = jm.state(job)
             acc = job.last.get("test_accuracy")
-            text = (f"{job.run_id or '…'} · {job.cfg.strategy} ε={figures.eps_text(job.cfg.epsilon)} · {now['text']}"
+            text = (f"{job.run_id or '…'} · {names[job.job_id]} · {now['text']}"
                     + (f" · test acc {acc:.3f}" if acc is not None else "") + (f" · {job.error}" if job.error else "")
                     + (f" · launched {job.joined + 1}×, trained once" if job.joined else ""))
             render_progress(c1, now["fraction"], text, figures.color(job.cfg.strategy))

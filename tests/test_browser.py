@@ -1,6 +1,7 @@
 """The dashboard in a real browser: sliders, a launch, live charts, deep links, PNG export."""
 
 import io
+import re
 import time
 
 import pytest
@@ -45,7 +46,7 @@ def test_sliders_launch_live_chart_deep_link_and_export(cache_dir, tmp_path):
         assert 0 <= int(bar.get_attribute("aria-valuenow")) <= 100
         # text and label read at once: the bar is redrawn as the run steps, so two reads can see two steps
         shown, label = bar.evaluate("b => [b.innerText, b.getAttribute('aria-valuetext')]")
-        assert " · lp-fft ε=1.5 · " in shown and label == shown
+        assert " · lp-fft ε=1.5 p=0.5 · " in shown and label == shown
         # read in one script: the bar is redrawn every second, and an element replaced between a locator's
         # look-up and its evaluation is detached, with no computed style ("")
         fill, deadline = "", time.time() + 10
@@ -114,7 +115,8 @@ def test_live_charts_of_runs_on_three_datasets_read_at_1280_and_1024_px(cache_di
             page = b.new_page(viewport={"width": 1280, "height": 1400})
             page.goto(f"{url}/?dataset={dataset}&epochs=2&seed=3&{rates}", timeout=60000)
             page.get_by_role("button", name="Launch run").click(timeout=90000)
-            page.get_by_text(f"Launched lp-fft").first.wait_for(timeout=60000)
+            named = "" if dataset == "digits" else f" dataset={dataset}"  # the default dataset goes unnamed
+            page.get_by_text(f"Launched lp-fft ε=1 p=0.3{named} epochs=2 seed=3").first.wait_for(timeout=60000)
             page.close()
         deadline = time.time() + 240
         while time.time() < deadline and sum(r["status"] == "finished" for r in Store(cache_dir).list_runs()) < 3:
@@ -125,6 +127,8 @@ def test_live_charts_of_runs_on_three_datasets_read_at_1280_and_1024_px(cache_di
         page.goto(url, timeout=60000)
         page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].some(p => p._fullData "
                                "&& p._fullData.length >= 3)", timeout=90000)
+        lines = page.locator('.dpviz-progress[role="progressbar"]').all_inner_texts()
+        assert sorted(re.search(r"dataset=(\w+)", t).group(1) for t in lines) == ["digits", "glyphs", "synthetic"]
         rows = []
         for width in (1280, 1024):  # the sidebar open: the main column is ≈ 950 and ≈ 700 px wide
             page.set_viewport_size({"width": width, "height": 1400})

@@ -91,6 +91,18 @@ def test_labels_name_what_tells_the_runs_apart():
     assert results.run_labels([run("a"), run("a2")])["a2"] == "lp-fft ε=1 p=0.3 [a2]"  # nothing differs
 
 
+def test_a_launch_and_a_job_are_named_by_what_tells_them_apart():
+    from dpviz.config import RunConfig
+
+    cfg = RunConfig(dataset="glyphs", seed=3, epsilon=2.0, lp_fraction=0.5)
+    assert results.launch_label(cfg.to_dict()) == "lp-fft ε=2 p=0.5 dataset=glyphs seed=3"
+    assert results.launch_label(RunConfig().to_dict()) == "lp-fft ε=1 p=0.3"  # the defaults: nothing to name
+    jobs = {1: RunConfig().to_dict(), 2: RunConfig(dataset="glyphs").to_dict(), 3: RunConfig(seed=4).to_dict()}
+    names = results.config_labels(jobs)
+    assert names == {1: "lp-fft ε=1 p=0.3 dataset=digits seed=0", 2: "lp-fft ε=1 p=0.3 dataset=glyphs seed=0",
+                     3: "lp-fft ε=1 p=0.3 dataset=digits seed=4"}
+
+
 def test_a_figure_over_runs_of_two_datasets_says_so():
     import pandas as pd
 

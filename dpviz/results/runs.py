@@ -38,13 +38,28 @@ def run_label(run: dict, fields: tuple = ("seed",)) -> str:
     """Short human label: strategy (with lp-fft's p), ε, ``fields`` as name=value where the run's strategy
     reads them, and the run id (and its kind when not the user's own launch: "· trial" for a study's trial,
     "· search" for an "auto" search's)."""
-    c = run["config"]
+    kind = run.get("kind", "user")
+    return f"{config_label(run['config'], fields)} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
+
+
+def config_label(c: dict, fields: tuple = ("seed",)) -> str:
+    """A configuration's label: strategy (with lp-fft's p), ε and ``fields`` as name=value where its strategy
+    reads them ("lp-fft ε=1.5 p=0.5 dataset=glyphs seed=3")."""
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
     read, own = _own_fields(c["strategy"]), _own_fields()
     named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own]
     extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
-    kind = run.get("kind", "user")
-    return f"{c['strategy']} ε={eps}{extra} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
+    return f"{c['strategy']} ε={eps}{extra}"
+
+
+def launch_label(c: dict) -> str:
+    """`config_label` naming every field of `LABEL_FIELDS` and the seed that differs from its default: what a
+    toast or a progress line says of a launch, so that two launches are told apart by more than their ε."""
+    from dpviz.config import RunConfig
+
+    default = RunConfig().to_dict()
+    return config_label(c, tuple(f for f in (*LABEL_FIELDS, "seed") if f in default and c.get(f) != default[f]
+                                 and not f.startswith("lr_")))
 
 
 def run_labels(runs: list[dict]) -> dict[str, str]:
@@ -52,6 +67,18 @@ def run_labels(runs: list[dict]) -> dict[str, str]:
     backbone where they differ among all ``runs``, and every other field of `LABEL_FIELDS` that differs among
     the runs of the same strategy and ε — so that two such runs never share a label but for their ids, and a
     label names no field that only runs of another strategy set differently."""
+    return {r["run_id"]: run_label(r, fields) for r, fields in _apart(runs)}
+
+
+def config_labels(configs: dict) -> dict:
+    """Key → `config_label` of ``configs`` (key → config) naming what tells them apart, as `run_labels` does
+    for runs: the labels of jobs not stored yet (a progress line)."""
+    runs = [{"run_id": k, "config": c} for k, c in configs.items()]
+    return {r["run_id"]: config_label(r["config"], fields) for r, fields in _apart(runs)}
+
+
+def _apart(runs: list[dict]) -> list[tuple[dict, tuple]]:
+    """(run, the fields its label names) for each of ``runs``: see `run_labels`."""
     def differ(group: list[dict], fields) -> tuple:
         return tuple(f for f in fields if len({json.dumps(r["config"].get(f)) for r in group}) > 1)
 
@@ -59,8 +86,7 @@ def run_labels(runs: list[dict]) -> dict[str, str]:
     groups: dict = {}
     for r in runs:
         groups.setdefault((r["config"]["strategy"], str(r["config"]["epsilon"])), []).append(r)
-    return {r["run_id"]: run_label(r, data + differ(g, [f for f in LABEL_FIELDS if f not in data]))
-            for g in groups.values() for r in g}
+    return [(r, data + differ(g, [f for f in LABEL_FIELDS if f not in data])) for g in groups.values() for r in g]
 
 
 def _value(v) -> str:
