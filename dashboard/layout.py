@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 
 import streamlit as st
 
 from dpviz import catalog
+from dpviz.jobs import duration, time_left
 
 from . import state
 
@@ -110,8 +112,11 @@ def render_task(t: dict, unit: str, what: str) -> None:
     def progress():
         if state.running(t):
             frac = t["done"] / t["total"] if t["total"] else 0.0
-            st.progress(frac, text=f"{t['done']} of {t['total']} {unit} · {t['label'] or 'starting'}" if t["total"]
-                        else f"starting the {what} (loading what it needs)")
+            left = time_left(t.get("clock"), t["done"], t["total"])  # measured from this task's own pace
+            so_far = duration(time.time() - t["started"]) if t.get("started") else None
+            st.progress(frac, text=f"{t['done']} of {t['total']} {unit} · {t['label'] or 'starting'}"
+                        + (f" · about {left} left" if left else "") if t["total"]
+                        else f"starting the {what} (loading what it needs)" + (f": {so_far} so far" if so_far else ""))
         elif was_running:
             st.rerun()
         elif t["error"]:

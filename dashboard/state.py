@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
 
@@ -88,11 +89,13 @@ def start_task(name: str, work) -> None:
     if running(t):
         return
     STARTED.add(name)
-    t.update(done=0, total=0, label=None, result=None, error=None)
+    t.update(done=0, total=0, label=None, result=None, error=None, started=time.time(), clock=None)
     t["cancel"].clear()
 
     def progress(done, total, label):
         t.update(done=done, total=total, label=label)
+        if done and (t["clock"] is None or done < t["clock"][0]):  # the pace from the first unit on (a new
+            t["clock"] = (done, time.time())  # phase counting from 0 again starts a new measurement)
 
     def main():
         try:

@@ -16,7 +16,9 @@ an attacker guesses right (Steinke, Nasr & Jagielski 2023; the f-DP bound of Mah
 If ε_lb ever exceeded the accountant's ε, the mechanism would leak more than it claims. **White-box**:
 gradient canaries of norm 10·C, clipped and noised like every record, scored from every update;
 **black-box**: inserted images, scored by the final model's loss. M canaries can show at most the
-*ceiling*; the *ideal attack* scores with the exact Gaussian mechanism — the limit of any attack for that M.
+*ceiling*; the *ideal attack* scores simulated runs of the exact Gaussian mechanism by their likelihood ratio —
+the most any attack shows on average for that M. One run's ε_lb is random, the ideal's too: its bar is the
+median of 20 runs, its whisker 90 % of them.
 """)
 st.info(readings.NOTE, icon=":material/shield:")
 
@@ -55,8 +57,8 @@ layout.render_task(one, "steps", "audit")
 st.subheader("2 · The audit of this configuration")
 report = audit.stored(cfg, spec, store=state.store())
 if report is None:
-    st.caption("No stored audit for this configuration and audit settings yet: launch one above (≈ 3 s on the "
-               "default at M = 1000).")
+    st.caption("No stored audit for this configuration and audit settings yet: launch one above. "
+               + audit.time_estimate(state.store(), cfg))
 else:
     m = st.columns(6)
     m[0].metric("budget ε", "∞" if report["epsilon"] is None else f"{report['epsilon']:g}")

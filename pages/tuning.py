@@ -1,13 +1,14 @@
 """Tuning: a TPE hyperparameter search, its trials live, and the best configuration as a run."""
 
 import math
+import time
 
 import streamlit as st
 
 from dashboard import layout, runs, state, studies
 from dpviz import figures, strategies
 from dpviz import autotune
-from dpviz import runner, sweeps
+from dpviz import jobs, runner, sweeps
 from dpviz import catalog
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
@@ -65,11 +66,27 @@ def render_private_launch(search: private.PrivateSearch) -> None:
                  f"mean {search.mean_trials:g})", type="primary", key="tu_launch_private"):
         def work(progress, cancel):
             return private.run_search(search, run=runner.run, store=state.store(), cancel=cancel,
-                                      progress=lambda i, k: progress(i, k, f"trial {i + 1} of {k}"))
+                                      progress=_trial_progress(progress))
         state.start_task("private-search", work)
         st.rerun()
     if task["error"]:
         layout.input_error(ConfigError("search", task["error"]))
+
+
+def _trial_progress(progress):
+    """``run_search``'s progress as the task's: trial i of k, its step s of S, and the time left at the pace
+    measured over this search's steps so far (trials of one search take the same steps)."""
+    clock: list = []  # (steps done in all, time.time()) at the first step seen
+
+    def report(i: int, k: int, s: int | None = None, total: int | None = None) -> None:
+        if not s:
+            progress(i, k, f"trial {i + 1} of {k}")
+            return
+        done = i * total + s
+        clock[:] = clock or [(done, time.time())]
+        left = jobs.time_left(clock[0], done, k * total)
+        progress(i, k, f"trial {i + 1} of {k}, step {s} of {total}" + (f", about {left} left" if left else ""))
+    return report
 
 
 @st.fragment(run_every=2.0)
@@ -78,7 +95,12 @@ def render_search_progress(task: dict) -> None:
     button back, its entry in the table)."""
     if not state.running(task):
         st.rerun()
-    st.progress(task["done"] / max(task["total"], 1), text=task["label"] or "calibrating the search's noise")
+    cancelling = task["cancel"].is_set()
+    st.progress(task["done"] / max(task["total"], 1), text="cancelling… (the trial stops at its next step)"
+                if cancelling else task["label"] or "calibrating the search's noise")
+    if st.button("Cancelling…" if cancelling else "Cancel the search", key="tu_cancel_private", disabled=cancelling):
+        task["cancel"].set()  # the running trial stops at its next step; nothing is released
+        st.rerun(scope="fragment")
 
 
 @st.fragment(run_every=3.0)

@@ -153,7 +153,8 @@ def test_cancel_is_acknowledged_at_once_and_stops_a_search_trial_within_seconds(
 def test_a_wait_reads_as_a_person_reads_it():
     from dpviz.jobs import duration
 
-    assert [duration(s) for s in (4.4, 59.6, 200, 3725)] == ["4 s", "1 min 00 s", "3 min 20 s", "1 h 02 min"]
+    assert [duration(s) for s in (0.3, 4.4, 59.6, 200, 3725)] == ["under 1 s", "4 s", "1 min 00 s", "3 min 20 s",
+                                                               "1 h 02 min"]
 
 
 def test_a_pass_over_the_data_before_the_first_step_is_counted(cache_dir, fast_cfg):
@@ -172,4 +173,22 @@ def test_a_pass_over_the_data_before_the_first_step_is_counted(cache_dir, fast_c
     jm = JobManager(cache_dir, max_workers=1, analyses=False)
     job = Job(job_id=1, cfg=prep.cfg, phase="training", last={"pass": ["features of the training set", 512, 2048, 4.0]})
     assert jm.state(job)["text"] == "before the first step: features of the training set, 512 of 2,048, about 12 s left"
+    jm.shutdown()
+
+
+def test_a_training_line_gives_the_time_left_at_the_measured_pace_and_the_first_step_counts_seconds(cache_dir):
+    from dpviz.config import RunConfig
+    from dpviz.jobs import Job, time_left
+
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+    now = time.time()
+    job = Job(job_id=1, cfg=RunConfig(), phase="training", step=30, total_steps=100, step_clock=(10, now - 40.0))
+    assert jm.state(job)["text"] == "training (step 30 of 100, about 2 min 20 s left)"  # 2 s a step, 70 to go
+    job.step_clock = None  # no step measured yet: no promise
+    assert jm.state(job)["text"] == "training (step 30 of 100)"
+    first = Job(job_id=2, cfg=RunConfig(), phase="training", since=now - 14.2)
+    assert jm.state(first)["text"].endswith("takes longest): 14 s so far")
+    assert time_left((5, now - 0.5), 6, 10) is None  # under a second measured: too early to say
+    assert time_left((5, now - 10.0), 5, 10) is None and time_left((5, now - 10.0), 10, 10) is None
+    assert time_left((0, now - 10.0), 5, 10) == "10 s"
     jm.shutdown()

@@ -201,3 +201,30 @@ def test_the_same_search_launched_twice_at_once_trains_each_trial_once(cli_env, 
     store = Store(cache_dir)
     assert [r["run_id"] for r in store.list_runs(kind=("user", "trial", "search"))] == [entries[0]["released_run_id"]]
     assert len(store.searches()) == 1
+
+
+def test_a_cancelled_private_search_stops_within_its_trial_and_leaves_nothing(cache_dir):
+    """Cancel at step 3 of the second trial: the trial stops at its next step (not at its end), the progress
+    counted its steps, and neither that trial nor the first one stays stored; nothing is released."""
+    import threading
+
+    from dpviz import runner
+    from dpviz.errors import ConfigError
+
+    search = private.PrivateSearch(base=RunConfig(strategy="lp", epochs=3), space={"lr_lp": (0.05, 5.0)},
+                                   total_epsilon=8.0, distribution=selection.FIXED, mean_trials=3)
+    store, cancel, seen = Store(cache_dir), threading.Event(), []
+
+    def progress(i, k, s=None, total=None):
+        seen.append((i, s, total))
+        if (i, s) == (1, 3):
+            cancel.set()
+
+    with pytest.raises(ConfigError, match="cancelled; nothing released"):
+        private.run_search(search, run=runner.run, store=store, cancel=cancel, progress=progress)
+    steps = [s for i, s, _ in seen if i == 1 and s]
+    total = next(t for i, s, t in seen if s)
+    assert max(steps) <= 4 < total, seen  # stopped at the step after the cancel, well before the trial's end
+    assert [(i, s) for i, s, _ in seen if s is None] == [(0, None), (1, None)]  # the third trial never began
+    assert store.list_runs(kind=("user", "trial", "search")) == []
+    assert store.get_search(search.key())["status"] == "cancelled"

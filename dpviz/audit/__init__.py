@@ -5,4 +5,5 @@ into ε_lb with `bounds` — beside the accountant's ε (an upper bound) and the
 An audit's training run is not the user's run: it is never stored among the runs, only its result.
 """
 
-from dpviz.audit.run import MAX_CANARIES, AuditSpec, THREATS, KINDS, audit, best_per_config, roc, stored  # noqa: F401
+from dpviz.audit.run import (MAX_CANARIES, AuditSpec, THREATS, KINDS, audit, best_per_config, roc, stored,  # noqa: F401
+                             time_estimate)

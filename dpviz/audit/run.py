@@ -134,6 +134,29 @@ def stored(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, sto
     return None if cfg.auto else store.get_audit(spec.key(cfg))
 
 
+def time_estimate(store: Store, cfg: RunConfig) -> str:
+    """How long an audit of ``cfg`` should take here, from what this store measured: its audits of the same
+    strategy, dataset and backbone, else its finished runs of them (an audit trains the configuration once),
+    else a sentence saying there is no measurement yet."""
+    same = {f: getattr(cfg, f) for f in ("strategy", "dataset", "backbone")}
+
+    def like(c: dict) -> bool:
+        return all(c.get(f) == v for f, v in same.items())
+
+    took = [r["wall_time_s"] for r in store.audits() if like(r["config"]) and r.get("wall_time_s")]
+    what = "audits"
+    if not took:
+        took = [r["summary"]["wall_time_s"] for r in store.list_runs() if r["status"] == "finished"
+                and like(r["config"]) and (r.get("summary") or {}).get("wall_time_s")]
+        what = "runs"
+    if not took:
+        return "No audit or run of this strategy, dataset and backbone has been timed here yet."
+    from dpviz.jobs import duration
+
+    return (f"Stored {what} of {cfg.strategy} on {cfg.dataset} ({cfg.backbone}) took {duration(float(np.median(took)))}"
+            f" here (median of {len(took)}); the progress bar counts the audit's steps and the time left.")
+
+
 def roc(report: dict) -> tuple[np.ndarray, np.ndarray]:
     """(FPR, TPR) of a stored report's canary scores, "in if score ≥ t" over every threshold."""
     from dpviz.audit import bounds
@@ -176,4 +199,7 @@ def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
         ideal = bounds.ideal_scores(included, steps=out["steps"], sample_rate=prep.sample_rate,
                                     noise_multiplier=out["noise_multiplier"], seed=spec.seed)
         out["ideal"] = bounds.best_bounds(ideal, included, delta=delta, confidence=spec.confidence)
+        out["ideal"]["spread"] = bounds.ideal_spread(included, steps=out["steps"], sample_rate=prep.sample_rate,
+                                                     noise_multiplier=out["noise_multiplier"], seed=spec.seed,
+                                                     delta=delta, confidence=spec.confidence)
     return out

@@ -275,8 +275,9 @@ def cmd_private_tune(args) -> int:
     return 0
 
 
-def _say_trial(i: int, k: int) -> None:
-    print(f"dpviz: private search: trial {i + 1} of {k}", file=sys.stderr)
+def _say_trial(i: int, k: int, step: int | None = None, total: int | None = None) -> None:
+    if step is None:  # a line per trial; its steps would be a line each
+        print(f"dpviz: private search: trial {i + 1} of {k}", file=sys.stderr)
 
 
 def cmd_worker(args) -> int:

@@ -25,16 +25,24 @@ def bounds_figure(r: dict) -> go.Figure:
     """ε_lb by both bounds (and the ideal attack's), the accountant's ε and the ceiling M canaries allow."""
     bars = [("ε_lb one-run (Steinke et al.)", r["epsilon_lb"], SERIES[0]),
             ("ε_lb f-DP (Mahloujifar et al.)", r["epsilon_lb_fdp"], SERIES[0])]
-    if r.get("ideal"):
-        bars.append(("ideal attack's ε_lb (exact mechanism)", max(r["ideal"]["epsilon_lb"],
-                                                                  r["ideal"]["epsilon_lb_fdp"]), GREY))
+    spread = (r.get("ideal") or {}).get("spread")
+    if spread:  # the median of its draws, the bar's whisker from their 5 % to 95 % quantile
+        bars.append((f"ideal attack's ε_lb (exact mechanism, median of {spread['draws']} runs)", spread["median"],
+                     GREY))
+    elif r.get("ideal"):  # a report stored before the spread was: one draw
+        bars.append(("ideal attack's ε_lb (exact mechanism, one run)", max(r["ideal"]["epsilon_lb"],
+                                                                           r["ideal"]["epsilon_lb_fdp"]), GREY))
     if r["epsilon"] is not None:
         bars += [("accountant's ε spent (upper bound)", r["epsilon_spent"], SERIES[1]),
                  ("budget ε", r["epsilon"], SERIES[1])]
     bars.append((f"ceiling: most that {r['canaries']} canaries can show", r["ceiling"], SERIES[2]))
+    whisker = [(spread["high"] - spread["median"], spread["median"] - spread["low"]) if spread and "median of" in b[0]
+               else (0, 0) for b in bars]
     fig = go.Figure(go.Bar(y=[b[0] for b in bars], x=[b[1] for b in bars], orientation="h",
                            marker_color=[b[2] for b in bars], text=[f"{b[1]:.3g}" for b in bars],
-                           textposition="outside", showlegend=False))
+                           textposition="outside", showlegend=False,
+                           error_x=dict(type="data", array=[w[0] for w in whisker],
+                                        arrayminus=[w[1] for w in whisker], visible=bool(spread), color=GREY)))
     fig.update_yaxes(autorange="reversed")
     fig = _layout(fig, f"Lower vs upper bound ({r['confidence']:.0%} confidence)<br>{_title(r)}",
                   "ε (at the run's δ)", None, height=360, showlegend=False)

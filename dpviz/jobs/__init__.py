@@ -53,6 +53,8 @@ class Job:
     step: int = 0
     total_steps: int | None = None
     last: dict = field(default_factory=dict)
+    since: float | None = None  # time.time() of the latest progress: what the first step has taken so far
+    step_clock: tuple[int, float] | None = None  # (step, time.time()) at the first step seen: the measured pace
     summary: dict | None = None
     error: str | None = None
     processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.training.distributed`)
@@ -92,9 +94,21 @@ class _Searching:
         self.job.search_step = (s, total)
 
 
+def time_left(clock: tuple[int, float] | None, done: int, total: int | None) -> str | None:
+    """The time ``total − done`` more units take at the pace measured since ``clock`` = (units done then,
+    time.time() then), as `duration` writes it; None until a unit has passed and a second gone by (no promise
+    before a measurement)."""
+    if clock is None or not total or done <= clock[0] or done >= total:
+        return None
+    spent = time.time() - clock[1]
+    return duration(spent / (done - clock[0]) * (total - done)) if spent >= 1.0 else None
+
+
 def duration(seconds: float) -> str:
     """``seconds`` as a person reads a wait: "40 s", "3 min 20 s", "1 h 05 min"."""
     s = max(0, round(seconds))
+    if s < 1:
+        return "under 1 s"
     if s < 60:
         return f"{s} s"
     if s < 3600:
@@ -183,10 +197,13 @@ class JobManager:
             return {"phase": "training", "text": f"before the first step: {what}, {done:,} of {total:,}{left}",
                     "fraction": 0.0}
         if job.phase == "training" and not job.step:  # a real backbone's first pass takes a while: say so
+            took = f": {duration(time.time() - job.since)} so far" if job.since else ""
             return {"phase": "training", "text": "first step (the first forward and backward load and warm up "
-                    "the model; a pretrained backbone takes longest)", "fraction": 0.0}
+                    f"the model; a pretrained backbone takes longest){took}", "fraction": 0.0}
         if job.phase == "training":
-            return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps})", "fraction": frac}
+            left = time_left(job.step_clock, job.step, job.total_steps)
+            return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps}"
+                    f"{f', about {left} left' if left else ''})", "fraction": frac}
         text = ("finished (trained once, by another process this launch waited for)" if job.waited else
                 "finished (answered from the store: this configuration had trained before)") if job.cached else job.status
         return {"phase": job.phase, "text": text, "fraction": 1.0 if job.status == "finished" else frac}
@@ -201,10 +218,12 @@ class JobManager:
             pool.set_threads(self.torch_threads)
 
         def progress(step, total, last):
-            job.step, job.total_steps, job.last = step, total, last
+            job.step, job.total_steps, job.last, job.since = step, total, last, time.time()
+            if step and job.step_clock is None:  # the pace is measured from the first step on, not the warm-up
+                job.step_clock = (step, job.since)
 
         def started(run_id):
-            job.run_id, job.status, job.phase = run_id, "running", "training"
+            job.run_id, job.status, job.phase, job.since = run_id, "running", "training", time.time()
 
         searching = _Searching(job)
 

@@ -27,6 +27,7 @@ stored entry answers and nothing trains. An interrupted search starts over with 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpviz.config import RunConfig
-from dpviz.errors import ConfigError
+from dpviz.errors import Cancelled, ConfigError
 from dpviz.privacy import accounting, selection
 
 SEARCHABLE = ("lr_lp", "lr_ft", "clip_norm")
@@ -204,8 +205,10 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
         s: the search.
         run: `dpviz.runner.run` (passed in: the run path sits above sweeps).
         store: the `Store` trials train in and the entry is written to.
-        progress: called as ``progress(i, k)`` before trial i of k.
-        cancel: a `threading.Event`; set, the search stops between trials and releases nothing.
+        progress: called as ``progress(i, k)`` before trial i of k, and as ``progress(i, k, s, S)`` at its
+            step s of S.
+        cancel: a `threading.Event`; set, the search stops at the running trial's next step, deletes that
+            trial and the best so far, and releases nothing.
 
     Returns:
         the search's entry: total and per-trial ε, trials drawn, the theorem, the released run.
@@ -222,12 +225,15 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     best, noise = None, score_noise(s)
     for i, cfg in enumerate(trial_configs(s, p, k)):
         if cancel is not None and cancel.is_set():
-            _forget(store, best)
-            store.put_search(key, None, {**entry, "status": "cancelled"})
-            raise ConfigError("search", "cancelled between trials; nothing released")
+            _cancelled(store, key, entry, best, None)
         if progress is not None:
             progress(i, k)
-        summary = run(cfg, store=store, kind="search")
+        started: list[str] = []  # the trial's run id, to delete should it be cancelled half-way
+        try:
+            summary = run(cfg, store=store, kind="search", cancel=cancel, on_start=started.append,
+                          progress=None if progress is None else (lambda st, tot, _m, i=i: progress(i, k, st, tot)))
+        except Cancelled:
+            _cancelled(store, key, entry, best, started[0] if started else None)
         check_sigma(summary, p)
         score = noisy_score(summary, noise, p.score_sigma)
         if best is None or score > best[0]:
@@ -246,6 +252,19 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     store.update_run(summary["run_id"], summary={**kept, "private_search": _brief(entry)})
     store.put_search(key, summary["run_id"], entry)
     return {**entry, "cached": False}
+
+
+def _cancelled(store, key: str, entry: dict, best, trial: str | None) -> None:
+    """Stop a cancelled search: its trials deleted (the one cut short and the best so far), its entry marked
+    cancelled, nothing released."""
+    from dpviz.errors import StoreError
+
+    _forget(store, best)
+    if trial is not None:
+        with contextlib.suppress(StoreError):
+            store.delete_run(trial)
+    store.put_search(key, None, {**entry, "status": "cancelled"})
+    raise ConfigError("search", "cancelled; nothing released")
 
 
 def check_sigma(summary: dict, p: Plan) -> None:
