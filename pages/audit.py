@@ -57,8 +57,9 @@ layout.render_task(one, "steps", "audit")
 st.subheader("2 · The audit of this configuration")
 report = audit.stored(cfg, spec, store=state.store())
 if report is None:
-    st.caption("No stored audit for this configuration and audit settings yet: launch one above. "
-               + audit.time_estimate(state.store(), cfg))
+    st.caption("The audit is running: its progress and the time left are above; its report appears here when it "
+               "ends." if busy else "No stored audit for this configuration and audit settings yet: launch one "
+               "above. " + audit.time_estimate(state.store(), cfg))
 else:
     m = st.columns(6)
     m[0].metric("budget ε", "∞" if report["epsilon"] is None else f"{report['epsilon']:g}")

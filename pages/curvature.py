@@ -53,7 +53,7 @@ def render_curvature():
         return
     configs = [store.get_run(r)["config"] for r in chosen]
     cols = st.columns(2)
-    fig = figures.curvature.trace_figure(df)
+    fig = figures.curvature.trace_figure(df, {r: results.phase_switch(store.get_run(r)) for r in chosen})
     cols[0].plotly_chart(fig, key="cu_trace")
     fig_t = figures.curvature.terms_figure(df)
     cols[1].plotly_chart(fig_t, key="cu_terms")

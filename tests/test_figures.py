@@ -294,6 +294,27 @@ def test_exports_png_at_2x_vector_titles_and_a_caption_naming_every_run():
     assert all(line.replace("ε=∞", "ε=∞") in svg for line in caption.split("\n")[1:])  # every run, in full
 
 
+def test_a_long_caption_wraps_to_the_exports_width_instead_of_being_cut():
+    """The Theory lab's one-line caption (≈ 220 characters) was cut at the PNG's right edge."""
+    import re as _re
+
+    from browser_util import need_chromium
+
+    from dpviz.figures import export
+    from dpviz.theory import readings
+    from dpviz.theory import Setting
+
+    caption = readings.caption(Setting())
+    assert len(caption) > 150
+    wrapped = export.wrap_caption(caption, 900)
+    assert wrapped.replace("\n", " ") == caption and max(map(len, wrapped.split("\n"))) <= (900 - 40) // 7
+    need_chromium()
+    svg = export.figure_bytes(PLANTED["law_plot"], "svg", caption=caption).decode()
+    text = svg[svg.index("theory lab: m="):]
+    lines = _re.findall(r'>([^<]+)</tspan>', "<tspan>" + text[:text.index("</text>")])
+    assert len(lines) >= 2 and " ".join(lines) == caption, lines  # drawn on several lines, every word of it
+
+
 def test_html_export_is_one_offline_file_under_2_5_mb():
     from dpviz.figures import export
 
@@ -326,3 +347,15 @@ def test_live_curves_draw_each_run_once_in_the_legend_and_alike_in_every_panel()
         assert len(lines) == 1 and len([tr for tr in fig.data if tr.legendgroup == rid]) == 3
     lp = {tr.legendgroup: tr.line.dash for tr in fig.data if tr.name.startswith("lp")}
     assert lp["lp 0"] != lp["lp 2"]  # two runs of one strategy and ε: two dashes
+
+
+def test_the_curvature_chart_marks_where_lp_fft_switched_to_fft():
+    df = pd.DataFrame([{"run_id": r, "label": r, "strategy": s, "step": k, "trace": 10.0 + k, "stderr": 1.0}
+                       for r, s in (("a", "lp-fft"), ("b", "fft")) for k in (0, 5, 10)])
+    fig = figures.curvature.trace_figure(df, {"a": 4, "b": None})
+    marks = [sh for sh in fig.layout.shapes if sh.type == "line"]
+    assert [(m.x0, m.line.color) for m in marks] == [(4, style.color("lp-fft"))]
+    assert [a.text for a in fig.layout.annotations] == ["LP → FFT"]
+    assert results.phase_switch({"summary": {"phases": [{"name": "lp", "steps": 4}, {"name": "fft", "steps": 8}]}}) == 4
+    assert results.phase_switch({"summary": {"phases": [{"name": "fft", "steps": 8}]}}) is None
+    assert results.phase_switch({"summary": None}) is None

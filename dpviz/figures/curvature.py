@@ -14,14 +14,19 @@ TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (s
          ("decelerator", "σ²C²·tr(H)/(B²c²) (decelerator)"))
 
 
-def trace_figure(df: pd.DataFrame) -> go.Figure:
-    """tr(H) with ± 1 standard error bars against step, one line per run."""
+def trace_figure(df: pd.DataFrame, switches: dict[str, int] | None = None) -> go.Figure:
+    """tr(H) with ± 1 standard error bars against step, one line per run; ``switches`` (run id → step) mark
+    where an LP-FFT run's LP phase ended with a dotted line in that run's colour and dash."""
     fig = go.Figure()
     for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
         g = g.sort_values("step")
+        line = dict(color=color(g["strategy"].iloc[0]), dash=DASHES[i % len(DASHES)])
         fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
-                                 mode="lines+markers", name=g["label"].iloc[0],
-                                 line=dict(color=color(g["strategy"].iloc[0]), dash=DASHES[i % len(DASHES)])))
+                                 mode="lines+markers", name=g["label"].iloc[0], line=line))
+        if (switches or {}).get(rid) is not None:
+            fig.add_vline(x=switches[rid], line=dict(color=line["color"], dash="dot", width=1.5),
+                          annotation_text="LP → FFT", annotation_position="top",
+                          annotation_font=dict(size=11, color=line["color"]))
     return _layout(fig, "Hessian trace tr(H)<br>Hutchinson ± 1 s.e.", "training step", "tr(H)")
 
 

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from dpviz.errors import ConfigError
 from dpviz.figures import with_caption
+from dpviz.figures.style import wrap
 
 FORMATS = ("png", "svg", "pdf", "html")
 _lock = threading.Lock()
@@ -78,6 +79,16 @@ def figure_title(fig: go.Figure) -> str:
     return re.sub(r"<[^>]+>", "", re.sub(r"<br\s*/?>", " — ", text)).strip()
 
 
+CAPTION_CHAR = 7  # px a caption character takes at most, on average over a line (12 px sans-serif)
+
+
+def wrap_caption(caption: str, width: int) -> str:
+    """``caption`` with each line broken at spaces to fit an export ``width`` px wide (its 20 px margins off):
+    the image ends at its width, and a longer line was cut there."""
+    chars = max(20, (width - 40) // CAPTION_CHAR)
+    return "\n".join(wrap(line, chars).replace("<br>", "\n") for line in caption.split("\n"))
+
+
 def figure_bytes(fig: go.Figure, fmt: str, *, caption: str, width: int = 900, height: int | None = None) -> bytes:
     """The figure with its caption as ``fmt`` bytes (png, svg, pdf or standalone html).
 
@@ -88,6 +99,7 @@ def figure_bytes(fig: go.Figure, fmt: str, *, caption: str, width: int = 900, he
     if fmt not in FORMATS:
         raise ConfigError("format", f"one of {', '.join(FORMATS)}", fmt)
     title = figure_title(fig)
+    caption = wrap_caption(caption, width)
     height = (height or max(fig.layout.height or 420, 420)) + CAPTION_LINE * (caption.count("\n") + 1)
     fig = with_caption(fig, caption)
     if fmt == "html":

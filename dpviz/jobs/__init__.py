@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
 from dpviz.jobs import pool
-from dpviz.training.threads import DaemonPool
+from dpviz.training.threads import DaemonPool, end_process
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
 
@@ -137,7 +138,7 @@ class JobManager:
         self._ids = itertools.count(1)
         # when the process ends (a server stopped by SIGTERM or Ctrl-C: its main thread returns), before
         # Python joins threads: runs in flight are stored interrupted, resumable, within seconds
-        getattr(threading, "_register_atexit", lambda f: None)(self.interrupt)
+        getattr(threading, "_register_atexit", lambda f: None)(self._at_exit)
 
     def submit(self, cfg: RunConfig, *, force: bool = False, processes: int = 1) -> Job:
         """Queue ``cfg``, or join the job of the same config that is queued, training or finished here
@@ -294,6 +295,16 @@ class JobManager:
                                       "finished; `python -m dpviz run --resume` goes on from its last checkpoint")
                 out.append(job.run_id)
         return out
+
+    def _at_exit(self) -> None:
+        """The process ends: runs in flight stored interrupted; in the dashboard's server (started by
+        ``streamlit run``), a last plain line and an exit that no thread still in torch can turn into an
+        abort (`threads.end_process`)."""
+        stopped = self.interrupt()
+        if "streamlit.web.bootstrap" in sys.modules:  # the server, not a test or notebook that made a manager
+            said = (f"; {len(stopped)} run{'s' * (len(stopped) > 1)} stored interrupted ({', '.join(stopped)}): "
+                    "`python -m dpviz run --resume` goes on from the last checkpoint" if stopped else "")
+            end_process(f"dpviz: the dashboard stopped{said}.")
 
     def _status(self, run_id: str) -> str | None:
         try:

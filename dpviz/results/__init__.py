@@ -18,7 +18,7 @@ from dpviz.results.analyses import (analysis_curves, cached_analysis, embedding_
 from dpviz.results.curvature import (CURVATURE_FIELDS, accountants_reading, batch_prediction_reading, curvature_reading,
                         curvature_table)
 from dpviz.results.runs import (CURVE_METRICS, best_run_reading, budget_reading, caption, config_label, config_labels,
-                                curves, final_table, group_key, launch_label, matching_run, offered, run_label,
+                                curves, final_table, group_key, launch_label, matching_run, offered, phase_switch, run_label,
                                 run_labels, runs_of, seed_bands, shown_runs, stored_ids, switch_step)
 from dpviz.results.sparse import method_of, profile_table, sparse_mask, sparse_verdict, step_time_ms, step_time_reading
 
@@ -26,6 +26,6 @@ __all__ = ["CURVATURE_FIELDS", "CURVE_METRICS", "accountants_reading", "analysis
            "best_run_reading", "budget_reading", "cached_analysis", "caption", "curvature_reading", "curvature_table",
            "curves", "embedding_frames", "embedding_table", "feature_texts", "final_table", "group_key",
            "knn_dip_reading", "law_reading", "law_series", "law_table", "layer_table", "matching_run", "method_of",
-           "offered", "profile_table", "config_label", "config_labels", "launch_label", "run_label", "run_labels",
+           "offered", "phase_switch", "profile_table", "config_label", "config_labels", "launch_label", "run_label", "run_labels",
            "runs_of", "seed_bands", "shown_runs", "sparse_mask", "sparse_verdict", "step_time_ms",
            "step_time_reading", "stored_ids", "switch_step"]

@@ -232,6 +232,14 @@ def matching_run(store: Store, run: dict, *, finished_only: bool = True, **chang
     return same[-1] if same else None
 
 
+def phase_switch(run: dict) -> int | None:
+    """The step at which an LP-FFT run's LP phase ended and full fine-tuning began (None for a run of one
+    phase, or one not finished: its phases are in its summary)."""
+    phases = (run.get("summary") or {}).get("phases") or []
+    names = [p.get("name") for p in phases]
+    return int(phases[0]["steps"]) if names[:2] == ["lp", "fft"] else None
+
+
 def switch_step(run: dict) -> int | None:
     """The step at which a continual run switched from public to private data (None before it has)."""
     return ((run["summary"] or {}).get("public_phase") or {}).get("step")

@@ -11,7 +11,7 @@ the variable must be set before torch is first imported, so a notebook that impo
 keeps libgomp's default (set it in the shell, or ``%env GOMP_SPINCOUNT=1000`` first).
 
 `DaemonPool` is dpviz's pool of Python threads: the dashboard's job threads and each GPU's one worker
-(`dpviz.training.devices`).
+(`dpviz.training.devices`). `end_process` ends a process whose daemon threads may still be inside torch.
 """
 
 from __future__ import annotations
@@ -89,3 +89,23 @@ class DaemonPool:
         if wait:
             for t in self.threads:
                 t.join()
+
+
+def end_process(line: str, code: int = 0) -> None:
+    """End this process now, after its Python exit handlers, with ``line`` as its last words on stderr.
+
+    A daemon thread still inside torch (an analysis of a checkpoint, a job past its last step) when the
+    interpreter finalises makes C++'s static destructors meet a live ``std::thread``: the process aborts with
+    "terminate called without an active exception" and status −6, which reads as a crash. Skipping those
+    destructors (``os._exit``) after every Python exit handler has run (kaleido's browser stopped, logs
+    flushed) ends it cleanly; the store's writes are already committed.
+    """
+    import atexit
+    import logging
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
