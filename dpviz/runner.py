@@ -61,8 +61,9 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         progress: Callable | None = None, cancel: threading.Event | None = None,
         on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
-        search_progress: Callable[[int, int], None] | None = None, kind: str = "user", resume: bool = False,
-        on_wait: Callable[[str], None] | None = None, rates: str = "search") -> dict:
+        search_progress: Callable[[int, int], None] | None = None, kind: str = "user",
+        resume: bool | str = "interrupted", on_wait: Callable[[str], None] | None = None, rates: str = "search",
+        on_resume: Callable[[str, int], None] | None = None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -80,8 +81,11 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
             search for "auto" rates trains (a search is cancelled between trials by ``cancel``).
         kind: who launched it, as stored (`dpviz.store.KINDS`): "user" (a person) or "trial" (a study's
             trial); a proxy search's trials are "search" (`dpviz.autotune`, through `dpviz.training.execute.run`).
-        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint, where there is one
-            (`dpviz.training.resume`; same ε as an uninterrupted run, on any number of processes).
+        resume: "interrupted" (the default): a run of ``cfg`` whose process stopped or died goes on from its
+            last checkpoint, where it has one, instead of a second run training from step 0 (also one this
+            request waited for); True: any stopped run (interrupted, cancelled, failed); False: start over.
+            A resumed run spends the same ε as an uninterrupted one, on any number of processes
+            (`dpviz.training.resume`); ``on_resume(run id, step)`` is called when one goes on.
         on_wait: called with a run id when another thread or process is training the same configuration:
             this request waits for it rather than train it a second time (`Store.start_run`), and its
             summary answers (``waited_for``); if it stops unfinished, this request trains.
@@ -110,7 +114,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         cfg = RunConfig.from_dict(d)
     return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
                        on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind,
-                       resume=resume, on_wait=on_wait)
+                       resume=resume, on_wait=on_wait, on_resume=on_resume)
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:
@@ -120,8 +124,8 @@ def summary_of(run: dict, store: Store | None = None) -> dict:
     base = run["summary"] or {"run_id": run["run_id"], "config": run["config"],
                               "config_hash": run["config_hash"], "test_accuracy": None,
                               "epsilon_spent": None}
-    out = {**base, "kind": run.get("kind", "user"), "status": run["status"], "step": run["step"], "total_steps": run["total_steps"],
-           "error": run["error"]}
+    out = {**base, "kind": run.get("kind", "user"), "status": run["status"], "step": run["step"],
+           "total_steps": run["total_steps"], "error": run["error"], "config_hash": run["config_hash"]}
     if run["summary"] is None and store is not None:
         eps = [(k, v) for k, v in store.metrics(run["run_id"], "epsilon").get("epsilon", []) if v is not None]
         out["epsilon_recorded"] = list(max(eps)) if eps else None

@@ -667,3 +667,15 @@ def test_a_running_private_search_counts_as_active_and_its_page_says_so(app_env)
     finally:
         release.set()
         state.task("private-search")["thread"].join(5)
+
+
+def test_the_server_runs_no_full_garbage_collection_after_each_script_run():
+    """Streamlit's default runs gc.collect() after every script run; the live fragments rerun every second or two,
+    and each collection over a server's heap held the GIL for most of a second: a run trained 3.5× slower with
+    its page open (`bench/walk_dashboard.py`, docs/guides/real-models-and-your-data.md)."""
+    import tomllib
+
+    from browser_util import ROOT
+
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert cfg["runner"]["postScriptGC"] is False

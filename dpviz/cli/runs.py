@@ -29,6 +29,9 @@ def add_run(sub) -> None:
     r.add_argument("--resume", action="store_true", help="go on with the newest stopped (interrupted, cancelled, "
                    "failed) run of this configuration from its last checkpoint, if there is one: the same "
                    "batches, noise and ε as an uninterrupted run, on any number of processes")
+    r.add_argument("--fresh", action="store_true", help="start over from step 0 even where a run of this "
+                   "configuration was interrupted with a snapshot (by default it goes on from there: the same ε, one "
+                   "run); starting over spends the privacy budget again")
     r.add_argument("--rates", default="search", choices=("search", "grid"),
                    help="learning rates on auto off the shipped grid: search them on public data first (search, "
                    "the default), or take the nearest shipped grid point's at once (grid; the summary's auto "
@@ -101,6 +104,8 @@ def cmd_run(args) -> int:
               file=sys.stderr)
     if args.force:
         _say_force(cfg, args.cache_dir)
+    elif getattr(args, "fresh", False):
+        _say_fresh(cfg, args.cache_dir)
     hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
     summary = hit or _train(cfg, args)
     if summary is None:
@@ -114,16 +119,53 @@ def cmd_run(args) -> int:
 
 
 def _say_force(cfg, cache_dir) -> None:
-    """--force on a private configuration that is stored already: say that it spends the budget again."""
+    """--force on a private configuration that is stored already, or training now: say which, and that it spends
+    the budget again. --force trains beside a run that is training (it does not wait for it: waiting is what a
+    plain request does, and its answer would be that run's); `list` marks both as trainings of one configuration."""
     from dpviz import runner
     from dpviz.store import Store
 
     if not cfg.private:
         return
-    _, _, hit = runner.lookup(cfg, Store(cache_dir))
-    if hit:
+    store = Store(cache_dir)
+    resolved, _, hit = runner.lookup(cfg, store)
+    live = [] if resolved.auto else store.live_runs(resolved.hash())
+    cost = f"spends its privacy budget (ε = {cfg.epsilon:g}) again on the same private data"
+    if live:
+        print(f"dpviz: --force: run {live[0]} of this configuration is training now; a second run trains beside "
+              f"it and {cost}", file=sys.stderr)
+    elif hit:
         print(f"dpviz: --force: this configuration is stored already (run {hit['run_id']}); training it again "
-              f"spends its privacy budget (ε = {cfg.epsilon:g}) again on the same private data", file=sys.stderr)
+              f"{cost}", file=sys.stderr)
+
+
+def _resume_mode(args):
+    """`runner.run`'s ``resume``: --resume (any stopped run), --fresh (none), else an interrupted one."""
+    return True if getattr(args, "resume", False) else False if getattr(args, "fresh", False) else "interrupted"
+
+
+def _say_resume(quiet: bool):
+    """What the command says when it goes on with a stopped run of the configuration instead of a new one (with
+    --quiet too: it is what this command's ε is spent on)."""
+    def on_resume(run_id: str, step: int) -> None:
+        print(f"dpviz: run {run_id} of this configuration stopped at step {step}; going on with it from there "
+              "(the same ε, one run; --fresh starts over and spends the privacy budget again)", file=sys.stderr)
+    return on_resume
+
+
+def _say_fresh(cfg, cache_dir) -> None:
+    """--fresh where an interrupted run of the configuration could go on: say that starting over spends ε again."""
+    from dpviz import runner
+    from dpviz.store import Store
+    from dpviz.training import resume
+
+    store = Store(cache_dir)
+    resolved, _, _ = runner.lookup(cfg, store)
+    found = None if resolved.auto or not cfg.private else resume.stopped(store, resolved.hash(), (resume.TAKE_OVER,))
+    if found:
+        print(f"dpviz: --fresh: run {found[0]} of this configuration stopped at step {found[1]['step']} and could go "
+              f"on from there; starting over trains a second run from step 0 and spends its privacy budget "
+              f"(ε = {cfg.epsilon:g}) again on the same private data", file=sys.stderr)
 
 
 def _say_wait(quiet: bool):
@@ -149,7 +191,7 @@ def _run_rank(cfg, args) -> int:
         quiet = args.quiet or world.rank > 0
         progress = Progress(cfg, quiet)
         summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress,
-                             resume=getattr(args, "resume", False), on_wait=_say_wait(quiet),
+                             resume=_resume_mode(args), on_wait=_say_wait(quiet), on_resume=_say_resume(quiet),
                              rates=getattr(args, "rates", "search"))
         progress.close()
     finally:
@@ -193,7 +235,7 @@ def _train(cfg, args) -> dict | None:
                 search.close()
                 progress(*a)
             return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
-                              search_progress=search, resume=getattr(args, "resume", False),
+                              search_progress=search, resume=_resume_mode(args), on_resume=_say_resume(args.quiet),
                               rates=getattr(args, "rates", "search"),
                               on_wait=_say_wait(args.quiet))
     except (Cancelled, KeyboardInterrupt):
@@ -258,8 +300,11 @@ def cmd_list(args) -> int:
     if args.json:
         print(dump(rows))
     else:
+        trainings = store.trainings()  # config hash → runs that trained it (finished or live): ×2 is a spend twice
         for s in rows:
-            print(f"{s['status']:<11} {s['kind']:<6} " + (s["error"] if s["status"] == "damaged" else text(s)))
+            twice = len(trainings.get(s.get("config_hash"), ())) if s["status"] != "damaged" else 0
+            print(f"{s['status']:<11} {s['kind']:<6} " + (s["error"] if s["status"] == "damaged" else text(s))
+                  + (f" · trained {twice}× (--force: ε spent {twice}×)" if twice > 1 else ""))
         hidden = 0 if args.all else len(store.list_runs(args.status, kind="search", damaged=True))
         if hidden:
             print(f"({hidden} search run(s) of \"auto\" learning rates not listed: --all lists them)", file=sys.stderr)

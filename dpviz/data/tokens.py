@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import io
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import numpy as np
 
 from dpviz import catalog
 from dpviz.errors import ConfigError, StoreError
+from dpviz.store.artifacts import read_bytes
 from dpviz.store.safefile import real_folder, write_atomic
 from dpviz.store.home import default_cache_dir
 
@@ -149,10 +152,11 @@ def cache_key(texts: list[str], folder: str | Path, max_length: int) -> str:
 
 def _load_cached(path: Path, shape: tuple[int, int]) -> tuple[np.ndarray, int] | None:
     """The cached (ids (N, T) int64, pad id), or None if absent; a damaged or mis-shaped file is removed."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    data = read_bytes(path)  # a link or a FIFO in its place: one line, never followed or waited on
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             ids, pid = z["ids"].astype(np.int64), int(z["pad_id"])
         if ids.shape == shape:
             return ids, pid

@@ -17,6 +17,7 @@ key, and the backbone is pretrained again.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from torch import nn
 
 from dpviz.data.public import NUM_CLASSES, random_process_images
 from dpviz.errors import BackboneError, load_failure
+from dpviz.store.artifacts import read_bytes
 from dpviz.store.safefile import locked, write_atomic
 from dpviz.models import Classifier, build_backbone
 
@@ -101,7 +103,8 @@ def pretrained_backbone(name: str, *, channels: int, size: int, cache_dir: Path,
 
 def _load(path: Path, name: str, channels: int, size: int) -> nn.Module:
     backbone = build_backbone(name, channels=channels, size=size)
-    backbone.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+    data = read_bytes(path)  # a link or a FIFO planted in the store is refused, never followed or waited on
+    backbone.load_state_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)["state_dict"])
     return backbone
 
 

@@ -24,7 +24,9 @@ database, a read-only folder or garbled rows into one line saying what to do.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
 import shutil
 import sqlite3
@@ -103,12 +105,29 @@ class Store(RunFiles):
         """A new running run of ``kind`` (one of `KINDS`), whatever else is stored; returns its id. A run that
         trains claims its configuration with `start_run` instead."""
         check_kind(kind)
+        self.check_folders()
         with self._conn() as c:
             c.execute("BEGIN IMMEDIATE")
             run_id = self._insert_run(c, config_hash, config_json, total_steps, kind)
             c.execute("COMMIT")
         self.event(run_id, "created")
         return run_id
+
+    def check_folders(self) -> None:
+        """Refuse a store whose own folders (``runs``, ``tensors``…) are links or not folders, before a run
+        trains: its first save would refuse them anyway, after the training it wasted."""
+        import stat
+
+        from dpviz.store.artifacts import STORE_FOLDERS
+
+        for name in STORE_FOLDERS:
+            with contextlib.suppress(FileNotFoundError):
+                mode = os.lstat(self.root / name).st_mode
+                if stat.S_ISLNK(mode):
+                    raise StoreError(f"store: {self.root / name} is a link: remove it (dpviz reads and writes "
+                                     "nothing through links in a store)")
+                if not stat.S_ISDIR(mode):
+                    raise StoreError(f"store: {self.root / name} is not a folder: move it away")
 
     @staticmethod
     def _insert_run(c, config_hash: str, config_json: str, total_steps: int | None, kind: str) -> str:
@@ -139,6 +158,7 @@ class Store(RunFiles):
             or a live one whose process trains it (`wait_run` for it).
         """
         check_kind(kind)
+        self.check_folders()
         ended = []
         with self._conn() as c:
             c.execute("BEGIN IMMEDIATE")
@@ -172,6 +192,25 @@ class Store(RunFiles):
         if run_id:
             self.event(run_id, *(("resumed", f"from step {reopen[1]}") if reopen else ("created",)))
         return (run_id, None) if run_id else (None, other)
+
+    def live_runs(self, config_hash: str) -> list[str]:
+        """The runs of ``config_hash`` being trained now by a process that is alive."""
+        with self._conn() as c:
+            rows = c.execute("SELECT run_id, owner FROM runs WHERE config_hash=? AND status IN ('queued', 'running')",
+                             (config_hash,)).fetchall()
+        return [r["run_id"] for r in rows if owner_alive(r["owner"])]
+
+    def trainings(self) -> dict[str, list[str]]:
+        """Config hash → its private trainings (finished, or live in a living process): two or more mean the
+        configuration's ε was spent that many times (`--force`)."""
+        out: dict[str, list[str]] = {}
+        with self._conn() as c:
+            rows = c.execute("SELECT run_id, config_hash, status, owner FROM runs WHERE status IN "
+                             "('finished', 'queued', 'running')").fetchall()
+        for r in rows:
+            if r["status"] == "finished" or owner_alive(r["owner"]):
+                out.setdefault(r["config_hash"], []).append(r["run_id"])
+        return out
 
     def wait_run(self, run_id: str, *, cancel=None, poll: float = 0.5) -> str:
         """Wait until ``run_id`` is no longer live (it ended, or its process died: then it is marked
@@ -273,7 +312,7 @@ class Store(RunFiles):
             raise StoreError(f"run_id: {run_id} is still running; cancel it first")
         with self._conn() as c:
             c.execute("BEGIN IMMEDIATE")
-            for t in ("metrics", "events", "analyses", "runs"):
+            for t in ("metrics", "events", "analyses", "file_hashes", "runs"):
                 c.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
             self.drop_tensors(c, run_id)  # the shared tensor files no other run uses
             c.execute("COMMIT")
@@ -292,6 +331,14 @@ class Store(RunFiles):
         if rows:
             self._tx("INSERT OR REPLACE INTO metrics VALUES (?,?,?,?)",
                      [(run_id, s, n, v) for s, n, v in rows], many=True)
+
+    def metrics_signature(self, run_ids: list[str]) -> tuple:
+        """(run id, rows, last step) per run that has metrics: changes whenever one of ``run_ids`` logs."""
+        marks = ",".join("?" * len(run_ids))
+        with self._conn() as c:
+            rows = c.execute(f"SELECT run_id, COUNT(*), MAX(step) FROM metrics WHERE run_id IN ({marks}) "
+                             "GROUP BY run_id ORDER BY run_id", tuple(run_ids)).fetchall()
+        return tuple(tuple(r) for r in rows)
 
     def metrics(self, run_id: str, name: str | None = None) -> dict[str, list[tuple[int, float]]]:
         sql, args = "SELECT step, name, value FROM metrics WHERE run_id=?", (run_id,)

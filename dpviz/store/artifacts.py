@@ -28,7 +28,9 @@ naming the file, the kind found and the kind expected.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 from pathlib import Path
 from typing import BinaryIO
@@ -95,11 +97,46 @@ def _unreadable(path: Path, kind: str, e: Exception) -> StoreError:
                       f"{_fix(path)}")
 
 
+STORE_FOLDERS = ("runs", "tensors", "tokens")
+"""The folders a store keeps its files in, right under its root: the walk up from a file stops there."""
+
+
 def _not_a_link(path: Path) -> None:
-    """A store's artifacts are files dpviz wrote; a link planted in their place would have dpviz read (and an
-    analysis trust) whatever it points to."""
-    if path.is_symlink():
-        raise StoreError(f"store: {path} is a link: remove it (dpviz reads nothing through links in a store)")
+    """A store's artifacts are files dpviz wrote; a link planted in their place, or in place of a folder on the
+    way to them inside the store (up to one of `STORE_FOLDERS`), would have dpviz read (and an analysis trust)
+    whatever it points to. A file outside those folders (a backbone cache, which may be shared between stores by
+    a link) is checked itself only."""
+    chain = [path, *path.parents]
+    inside = next((i for i, p in enumerate(chain) if p.name in STORE_FOLDERS), 0)
+    for p in chain[:inside + 1]:  # the store's root above them is the user's choice (it may well be a link)
+        if p.is_symlink():
+            raise StoreError(f"store: {p} is a link: remove it (dpviz reads nothing through links in a store)")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of the store's file ``path``, read only if it is a regular file reached through no link.
+
+    Checked before opening (links on the way, inside the store) and on the open descriptor: opened without
+    following a link and without blocking, so a FIFO or a device planted in its place is a one-line
+    `StoreError`, never a hang."""
+    import errno
+    import stat
+
+    from dpviz.store.safefile import NOFOLLOW, _kind
+
+    _not_a_link(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StoreError(f"store: {path} is a link: remove it (dpviz reads nothing through links in a store)") \
+                from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"store: {path} is {_kind(mode)}, not a file dpviz wrote: remove it")
+        return f.read()
 
 
 # --- npz: features ------------------------------------------------------------
@@ -109,11 +146,12 @@ def write_npz(f: BinaryIO, kind: str, arrays: dict[str, np.ndarray]) -> None:
     np.savez(f, **arrays, **{k: np.asarray(v) for k, v in stamp(kind).items()})
 
 
-def read_npz(path: Path, kind: str) -> dict[str, np.ndarray]:
-    """The arrays saved at ``path``, without the stamp; an unstamped file is old-format ``kind``."""
-    _not_a_link(path)
+def read_npz(path: Path, kind: str, data: bytes | None = None) -> dict[str, np.ndarray]:
+    """The arrays saved at ``path`` (its bytes ``data`` when already read), without the stamp; an unstamped file
+    is old-format ``kind``."""
+    data = read_bytes(path) if data is None else data
     try:
-        with np.load(path) as z:
+        with np.load(io.BytesIO(data)) as z:
             arrays = {k: z[k] for k in z.files}
     except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
         raise _unreadable(path, kind, e) from None
@@ -156,16 +194,17 @@ def write_pt(f: BinaryIO, kind: str, payload: dict) -> None:
     torch.save({**stamp(kind), **payload}, f)
 
 
-def read_pt(path: Path, kind: str) -> dict:
-    """The payload written by `write_pt`, without the stamp; old-format files come back in the same shape.
+def read_pt(path: Path, kind: str, data: bytes | None = None) -> dict:
+    """The payload written by `write_pt` (its bytes ``data`` when already read), without the stamp; old-format
+    files come back in the same shape.
 
     An old bare state dict is returned as {"state_dict": it}; an old model as {"state_dict", "config"}.
     """
     import torch
 
-    _not_a_link(path)
+    data = read_bytes(path) if data is None else data
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is one line to the user
         raise _unreadable(path, kind, e) from None
     if isinstance(obj, dict) and KIND in obj:
@@ -184,17 +223,18 @@ def write_json(f: BinaryIO, kind: str, doc: dict) -> None:
     f.write(json.dumps({**stamp(kind), **doc}).encode())
 
 
-def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...]) -> dict:
+def read_json(path: Path, kind: str, *, old_keys: tuple[str, ...], data: bytes | None = None) -> dict:
     """The document written by `write_json`, without the stamp.
 
     Args:
         path: the file.
         kind: the kind expected.
         old_keys: keys that identify an unstamped document of ``kind`` from before schema 1.
+        data: the file's bytes, when already read.
     """
-    _not_a_link(path)
+    data = read_bytes(path) if data is None else data
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(data.decode())
     except (OSError, ValueError) as e:
         raise _unreadable(path, kind, e) from None
     if isinstance(doc, dict) and KIND in doc:

@@ -30,6 +30,8 @@ CREATE TABLE IF NOT EXISTS searches (
 CREATE TABLE IF NOT EXISTS tensor_refs (
   sha TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (sha, run_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tensor_refs_run ON tensor_refs(run_id);
+CREATE TABLE IF NOT EXISTS file_hashes (
+  run_id TEXT NOT NULL, name TEXT NOT NULL, sha TEXT NOT NULL, PRIMARY KEY (run_id, name)) WITHOUT ROWID;
 """
 KINDS = ("user", "trial", "search")
 """Who made a stored run: ``user`` (a person launched it: ``python -m dpviz run``, a dashboard form or

@@ -79,15 +79,28 @@ class SharedTensors:
         return {"state_dict": small, **({"tensors": refs} if refs else {})}
 
     def unshare(self, doc: dict, where: Path) -> dict:
-        """The full state dict of a payload `share` made (``where``: its file, named if a tensor is missing)."""
+        """The full state dict of a payload `share` made (``where``: its file, named if a tensor is missing or
+        damaged, with the runs that use that tensor and how to delete them)."""
         state = dict(doc["state_dict"])
         for name, sha in doc.get("tensors", {}).items():
             path = self._tensor_path(sha)
-            if not path.exists():
-                raise StoreError(f"artifact {where}: its tensor {name} ({path}) is missing; the store is damaged: "
-                                 f"restore the folder {path.parent.parent} from a backup, or delete the run")
-            state[name] = _checked(path, sha, f"artifact {where}: its tensor {name} ({path})")
+            if not os.path.lexists(path):
+                raise StoreError(f"artifact {where}: its tensor {name} ({path}) is missing; {self._remedy(sha)}")
+            try:
+                state[name] = _checked(path, sha, f"artifact {where}: its tensor {name} ({path})")
+            except StoreError as e:  # the file's own message names no run: say which runs use it
+                raise StoreError(f"{str(e).split('; ')[0]}; {self._remedy(sha)}") from None
         return state
+
+    def _remedy(self, sha: str) -> str:
+        """What to do about a shared tensor file that is missing or damaged: the runs that use it, and the one
+        command that deletes them (a run that saves the same tensor later writes the file anew)."""
+        with self._conn() as c:
+            runs = [r[0] for r in c.execute("SELECT run_id FROM tensor_refs WHERE sha=? ORDER BY run_id", (sha,))]
+        if not runs:
+            return "no run uses it any more: delete the file"
+        return (f"it is shared by run{'s' * (len(runs) > 1)} {', '.join(runs)}: restore it from a backup, or delete "
+                f"{'them' if len(runs) > 1 else 'it'} (`python -m dpviz delete {' '.join(runs)}`)")
 
     def drop_tensors(self, c, run_id: str) -> None:
         """Inside ``c``'s open write transaction: forget ``run_id``'s uses and delete the files no run uses."""
@@ -112,7 +125,10 @@ def _checked(path: Path, sha: str, what: str):
     """The tensor in ``path``, checked against ``sha`` unless this process found the unchanged file intact;
     one `StoreError` naming ``what`` when it does not match (a substituted or damaged file)."""
     seen = _identity(path)
-    t = artifacts.read_pt(path, "tensor")["tensor"]
+    try:
+        t = artifacts.read_pt(path, "tensor")["tensor"]
+    except StoreError as e:  # a link, a FIFO, a truncated file, another artifact: say which tensor of what
+        raise StoreError(f"{what}: {str(e).split(': ', 1)[-1].split('; ')[0]}") from None
     if _INTACT.get(str(path)) != seen:
         if digest(t) != sha:
             raise StoreError(f"{what} does not match its hash: the file was changed or damaged; the next run that "

@@ -16,13 +16,20 @@ the theorem and its conditions). How this module keeps those conditions:
   on (a fixed class-stratified subset: `RunConfig.holdout`); a trial's score is its count of correct
   predictions there plus Gaussian noise of std ``score_noise`` · holdout (sensitivity 1), composed into
   each trial's privacy. The test split is never used to select;
-* **only the best is released**: every other trial's run is deleted from the store as soon as a better
-  one is scored; the store keeps one search entry (`Store.put_search`) and the released run, whose
+* **only the best is released**: the trials are kept privately in the store while the search runs (runs
+  of kind ``search``: listed nowhere, answering no other request), and when it ends every trial but the
+  best is deleted; the store keeps one search entry (`Store.put_search`) and the released run, whose
   summary names the search. K is shown to the user running the search but belongs to no release: with K
   known, the best of K costs about K trials composed.
 
-A search is identified by its canonical key (everything above plus the base config): asked again, the
-stored entry answers and nothing trains. An interrupted search starts over with the same draws and seeds.
+**Each trial trains once.** A trial claims its configuration as every run does (`Store.start_run`): a
+twin search launched at the same time waits for the trial the other is training and is answered by it,
+and a search asked again after the other finished returns the stored entry. A search killed mid-way,
+launched again, resumes: K, the trials' rates and seeds and the score noise come from generators seeded
+by the search alone, so it draws the same trials in the same order; the trials that finished answer from
+the store, the one cut short goes on from its last checkpoint (`dpviz.training.resume`), and the scores
+are the same numbers. Nothing was released before the end, and every trial is the same mechanism it would
+have been in one go, so the search's total ε is still the theorem's: a resumed search is the same search.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpviz.config import RunConfig
-from dpviz.errors import Cancelled, ConfigError
+from dpviz.errors import Cancelled, ConfigError, StoreError
 from dpviz.privacy import accounting, selection
 
 SEARCHABLE = ("lr_lp", "lr_ft", "clip_norm")
@@ -207,8 +214,8 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
         store: the `Store` trials train in and the entry is written to.
         progress: called as ``progress(i, k)`` before trial i of k, and as ``progress(i, k, s, S)`` at its
             step s of S.
-        cancel: a `threading.Event`; set, the search stops at the running trial's next step, deletes that
-            trial and the best so far, and releases nothing.
+        cancel: a `threading.Event`; set, the search stops at the running trial's next step, deletes its
+            trials, and releases nothing.
 
     Returns:
         the search's entry: total and per-trial ε, trials drawn, the theorem, the released run.
@@ -222,10 +229,12 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     k = draw_count(s)
     entry = _entry(s, p, k)
     store.put_search(key, None, {**entry, "status": "running"})
-    best, noise = None, score_noise(s)
+    best, noise, trials = None, score_noise(s), []
     for i, cfg in enumerate(trial_configs(s, p, k)):
         if cancel is not None and cancel.is_set():
-            _cancelled(store, key, entry, best, None)
+            _cancelled(store, key, entry, trials, None)
+        if (twin := store.get_search(key)) is not None and twin.get("status") == "finished":
+            return {**twin, "cached": True}  # a twin search finished meanwhile: its release answers this one
         if progress is not None:
             progress(i, k)
         started: list[str] = []  # the trial's run id, to delete should it be cancelled half-way
@@ -233,14 +242,18 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
             summary = run(cfg, store=store, kind="search", cancel=cancel, on_start=started.append,
                           progress=None if progress is None else (lambda st, tot, _m, i=i: progress(i, k, st, tot)))
         except Cancelled:
-            _cancelled(store, key, entry, best, started[0] if started else None)
+            _cancelled(store, key, entry, trials, started[0] if started else None)
+        except StoreError:  # a trial answered by a twin search's run, which that search deleted as it ended
+            if (twin := store.get_search(key)) is not None and twin.get("status") == "finished":
+                return {**twin, "cached": True}
+            raise
         check_sigma(summary, p)
         score = noisy_score(summary, noise, p.score_sigma)
+        trials.append((score, summary))
         if best is None or score > best[0]:
-            _forget(store, best)
             best = (score, summary)
-        else:
-            _forget(store, (score, summary))
+    if (twin := store.get_search(key)) is not None and twin.get("status") == "finished":
+        return {**twin, "cached": True}  # a twin search released first: the same trials, the same best
     if best is None:  # Poisson drew K = 0: nothing is released, and nothing was spent on data
         store.put_search(key, None, {**entry, "status": "finished", "released_run_id": None})
         return {**entry, "status": "finished", "released_run_id": None, "cached": False}
@@ -251,15 +264,17 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     kept = {k: v for k, v in summary.items() if k not in ("cached", "waited_for")}  # how this request got it
     store.update_run(summary["run_id"], summary={**kept, "private_search": _brief(entry)})
     store.put_search(key, summary["run_id"], entry)
+    for scored in trials:  # after the entry is written: a twin search that looks now finds the release
+        if scored[1]["run_id"] != summary["run_id"]:
+            _forget(store, scored)
     return {**entry, "cached": False}
 
 
-def _cancelled(store, key: str, entry: dict, best, trial: str | None) -> None:
-    """Stop a cancelled search: its trials deleted (the one cut short and the best so far), its entry marked
+def _cancelled(store, key: str, entry: dict, trials: list, trial: str | None) -> None:
+    """Stop a cancelled search: its trials deleted (those it finished and the one cut short), its entry marked
     cancelled, nothing released."""
-    from dpviz.errors import StoreError
-
-    _forget(store, best)
+    for scored in trials:
+        _forget(store, scored)
     if trial is not None:
         with contextlib.suppress(StoreError):
             store.delete_run(trial)
@@ -276,7 +291,6 @@ def check_sigma(summary: dict, p: Plan) -> None:
 
 def _forget(store, scored) -> None:
     """Delete a trial that will not be released (only the search's own hidden runs)."""
-    from dpviz.errors import StoreError
 
     if scored is None:
         return

@@ -34,7 +34,8 @@ def _concrete(cfg: RunConfig) -> None:
 def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None, progress: Callable | None = None,
         cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user",
-        resume: bool = False, on_wait: Callable[[str], None] | None = None) -> dict:
+        resume: bool | str = resuming.TAKE_OVER, on_wait: Callable[[str], None] | None = None,
+        on_resume: Callable[[str, int], None] | None = None) -> dict:
     """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
 
     Args:
@@ -42,9 +43,8 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         store: the `dpviz.store.Store` that answers and keeps it.
         force: train even if an identical run is stored.
         extra: fields added to the stored summary (e.g. where "auto" rates came from).
-        progress, cancel, on_start, on_checkpoint, ahead, on_wait: as `dpviz.runner.run`.
-        resume: go on with the newest stopped run of ``cfg`` from its last checkpoint (`dpviz.training.resume`), where
-            there is one; otherwise as without it.
+        progress, cancel, on_start, on_checkpoint, ahead, on_wait, on_resume: as `dpviz.runner.run`.
+        resume: as `dpviz.runner.run`.
         kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
             proxy search). The cache answers by config hash whatever the stored run's kind; a stored
             search run that answers a user or a study becomes theirs (`Store.claim`). A search run keeps
@@ -62,7 +62,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         return _answer(store, hit, kind, extra, on_start)
     prep = prepare.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
     run_id, state, answer = _claim(store, cfg, prep, kind, resume, force, extra, cancel=cancel, on_wait=on_wait,
-                                   on_start=on_start)
+                                   on_start=on_start, on_resume=on_resume)
     if answer:  # another request trained it meanwhile: its stored run answers this one
         return answer
     return _train_stored(prep, store, run_id, state, extra, progress=progress, cancel=cancel, on_start=on_start,
@@ -102,24 +102,31 @@ def _train_stored(prep, store, run_id: str, state, extra: dict | None, *, on_sta
     return {**summary, "cached": False}
 
 
-def _claim(store, cfg: RunConfig, prep, kind: str, resume: bool, force: bool, extra: dict | None, *, cancel=None,
-           on_wait=None, on_start=None) -> tuple[str | None, dict | None, dict | None]:
+def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: dict | None, *, cancel=None,
+           on_wait=None, on_start=None, on_resume=None) -> tuple[str | None, dict | None, dict | None]:
     """The run this request trains, claimed for ``cfg`` in the store (`Store.start_run`): (run id, the snapshot
     it goes on from or None, None). While another thread or process trains ``cfg``, wait for it (``on_wait(its
     run id)`` once); if it finishes, (None, None, its summary answering this request, with ``waited_for``); if
     it stops, claim again.
 
-    ``resume``: go on with a stopped run of ``cfg`` from its last checkpoint where there is one (its snapshot);
-    two resumes at once resume it once, the second waits. ``force``: a new run, whatever is stored or live."""
+    ``resume``: True: go on with a stopped run of ``cfg`` from its last checkpoint where there is one (its
+    snapshot); two resumes at once resume it once, the second waits. `resume.TAKE_OVER`: only an interrupted
+    one (a run whose process stopped, also one this request waited for). False: a new run from step 0.
+    ``force``: a new run, whatever is stored or live. ``on_resume(run id, step)`` is called when a stopped run
+    goes on."""
     waited = None
     while True:
-        found = resuming.stopped(store, cfg.hash()) if resume else None
+        statuses = resuming.STOPPED if resume is True else (resuming.TAKE_OVER,)
+        found = resuming.stopped(store, cfg.hash(), statuses) if resume and not force else None
         reopen = (found[0], found[1]["step"]) if found else None
         run_id, other = store.start_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind, reopen=reopen,
                                         force=force)
         if run_id:
             store.update_run(run_id, started=time.time())
-            return run_id, found[1] if found and found[0] == run_id else None, None
+            going_on = found is not None and found[0] == run_id
+            if going_on and on_resume is not None:
+                on_resume(run_id, found[1]["step"])
+            return run_id, found[1] if going_on else None, None
         if (hit := store.find_finished(cfg.hash())) is not None:
             return None, None, _answer(store, hit, kind, extra, on_start, **({"waited_for": waited} if waited else {}))
         if waited != other and on_wait:
@@ -129,7 +136,7 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume: bool, force: bool, ex
 
 
 def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,
-                     resume=False) -> dict:
+                     resume=resuming.TAKE_OVER) -> dict:
     """`run` as one rank of a distributed run (`dpviz.training.distributed`): rank 0 answers from the store or creates
     the run and alone writes it; every rank prepares (rank 0 first: it fills the caches the others read) and
     trains in step. Rank 0's summary records the world size and the backend; the others return theirs."""

@@ -73,10 +73,19 @@ def torch_optimizer_state(doc: dict, optimizer) -> dict:
     return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
 
 
-def stopped(store, config_hash: str):
-    """(run id, snapshot) of the newest stopped run of ``config_hash`` that can go on, or None."""
+TAKE_OVER = "interrupted"
+"""``run(resume=TAKE_OVER)``, the default: a request for a configuration whose run was interrupted (its process
+stopped or died: killed, a server shut down) with a snapshot goes on with that run from its snapshot instead of
+training a second one from step 0 — the same ε, one row. A cancelled or failed run is gone on with only when
+asked (``resume=True``, ``--resume``); ``resume=False`` (``--fresh``) starts over."""
+STOPPED = ("interrupted", "cancelled", "failed")
+
+
+def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED):
+    """(run id, snapshot) of the newest stopped run of ``config_hash`` (in one of ``statuses``) that can go on,
+    or None."""
     runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
-            and r["status"] in ("interrupted", "cancelled", "failed")]
+            and r["status"] in statuses]
     for r in sorted(runs, key=lambda r: r.get("created") or 0, reverse=True):
         state = store.load_resume(r["run_id"])
         if state is not None:
