@@ -22,9 +22,9 @@ the theorem and its conditions). How this module keeps those conditions:
   summary names the search. K is shown to the user running the search but belongs to no release: with K
   known, the best of K costs about K trials composed.
 
-**Each trial trains once.** A trial claims its configuration as every run does (`Store.start_run`): a
-twin search launched at the same time waits for the trial the other is training and is answered by it,
-and a search asked again after the other finished returns the stored entry. A search killed mid-way,
+**Each trial trains once.** One search of a key runs at a time (a lock per key in the store, across
+threads and processes): a twin search launched at the same time waits and is answered by the stored
+entry, and each trial claims its configuration as every run does (`Store.start_run`). A search killed mid-way,
 launched again, resumes: K, the trials' rates and seeds and the score noise come from generators seeded
 by the search alone, so it draws the same trials in the same order; the trials that finished answer from
 the store, the one cut short goes on from its last checkpoint (`dpviz.training.resume`), and the scores
@@ -45,6 +45,7 @@ import numpy as np
 
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, ConfigError, StoreError
+from dpviz.store.safefile import locked, real_folder
 from dpviz.privacy import accounting, selection
 
 SEARCHABLE = ("lr_lp", "lr_ft", "clip_norm")
@@ -222,6 +223,17 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     """
     check(s)
     key = s.key()
+    done = store.get_search(key)
+    if done is not None and done.get("status") == "finished":
+        return {**done, "cached": True}
+    # One search of a key at a time, across threads and processes: a twin waits, then reads the release (a twin
+    # running beside it could otherwise claim a losing trial just as the first one deleted it, and train it again).
+    with locked(real_folder(store.root, "searches") / f"{key}.lock"):
+        return _search(s, key, run=run, store=store, progress=progress, cancel=cancel)
+
+
+def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict:
+    """`run_search` under the search's lock."""
     done = store.get_search(key)
     if done is not None and done.get("status") == "finished":
         return {**done, "cached": True}
