@@ -51,6 +51,15 @@ def hf_folder(root: Path, **config) -> Path:
     return d
 
 
+def broken_vocab(root: Path) -> Path:
+    """An hf folder whose tokenizer is a vocab.txt without [UNK]: the tokenizer itself fails on the texts."""
+    d = hf_folder(root)
+    for name in TOKENIZER_FILES:
+        (d / name).unlink()
+    (d / "vocab.txt").write_text("garbage\n")
+    return d
+
+
 def truncated(root: Path) -> Path:
     d = hf_folder(root)
     f = d / "model.safetensors"
@@ -88,6 +97,14 @@ def image_folder(root: Path) -> Path:
     return d
 
 
+def image_folder_with_a_folder_png(root: Path) -> Path:
+    """`image_folder` without its bomb, and a folder named ``0.png`` beside b's images (it was skipped unseen)."""
+    d = image_folder(root)
+    (d / "b" / "bomb.png").unlink()
+    (d / "b" / "x.png").mkdir()
+    return d
+
+
 def plant_in_texts(root: Path, name: str, make) -> Path:
     """`text_folder` with ``make(path)`` planting ``c1/<name>``."""
     d = text_folder(root)
@@ -113,6 +130,7 @@ HUGE = dict(hidden_size=16_384, num_hidden_layers=128, intermediate_size=65_536,
 # id: (argv, {placeholder in argv: what builds it in the test's folder}, field, what the line must name)
 CASES = {
     "hf-truncated-safetensors": (HF_RUN, {"HF": truncated}, "weights", "model.safetensors"),
+    "hf-vocab-without-unk": (HF_RUN, {"HF": broken_vocab}, "weights", "tokenizer"),  # left an empty tokens/
     "hf-garbled-safetensors": (HF_RUN, {"HF": garbled}, "weights", "model.safetensors"),
     "hf-vocab-1e10": (HF_RUN, {"HF": lambda r: hf_folder(r, vocab_size=1e10)}, "weights", "config.json"),
     "hf-layers-1e6": (HF_RUN, {"HF": lambda r: hf_folder(r, num_hidden_layers=10**6)}, "weights", "config.json"),
@@ -128,6 +146,8 @@ CASES = {
     "text-over-1-mib": (TEXT_RUN + ["D"], {"D": lambda r: plant_in_texts(
         r, "big.txt", lambda p: p.write_text("word " * (2**20 // 5 + 1)))}, "data_dir", "big.txt"),
     "image-bomb": (["run", "--dataset", "folder", "--data-dir", "D"], {"D": image_folder}, "data_dir", "bomb.png"),
+    "image-folder-named-png": (["run", "--dataset", "folder", "--data-dir", "D"],
+                               {"D": image_folder_with_a_folder_png}, "data_dir", "x.png"),
     "csv-unclosed-quote": (CSV_RUN, {"D": lambda r: csv_folder(r, train=ROWS[:40] + 'stray,"a\n' + ROWS[40:])},
                            "data_dir", "train.csv line 4: not valid CSV"),
     "csv-quote-closed-rows-later": (CSV_RUN, {"D": lambda r: csv_folder(

@@ -223,11 +223,16 @@ def _class_dirs(d: Path) -> list[str]:
 
 
 def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[list[Path], list[int]]:
-    """Image paths under d/<class>/ (sorted) and their labels."""
+    """Image paths under d/<class>/ (sorted) and their labels. Files of other kinds are left out (a README, a
+    .DS_Store); an entry named like an image that is not a file (a folder "0.png", a FIFO) is refused, as a
+    text folder refuses one named like a text, rather than skipped unseen."""
     paths, labels = [], []
     for c in classes:
         for p in sorted((d / c).iterdir()):
-            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES:
+            if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_file():
+                raise ConfigError("data_dir", f"{p} is named like an image but is not a file (a folder, a link to "
+                                  "none, or a special file): move it away")
+            if p.suffix.lower() in IMAGE_SUFFIXES:
                 paths.append(p)
                 labels.append(index[c])
     return paths, labels

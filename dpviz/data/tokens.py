@@ -128,11 +128,17 @@ def encode(texts: list[str], folder: str | Path, max_length: int) -> tuple[np.nd
     folder = Path(folder)
     if max_length < 2:
         raise ConfigError("max_length", "at least 2 tokens per text", max_length)
-    if (folder / "tokenizer.json").is_file():
-        return _encode_fast(texts, folder, max_length)
-    if (folder / "vocab.txt").is_file():
-        return _encode_slow(texts, folder, max_length)
-    raise ConfigError("backbone", f"a tokenizer folder holding tokenizer.json or vocab.txt ({folder} has neither)")
+    how = (_encode_fast if (folder / "tokenizer.json").is_file() else
+           _encode_slow if (folder / "vocab.txt").is_file() else None)
+    if how is None:
+        raise ConfigError("backbone", f"a tokenizer folder holding tokenizer.json or vocab.txt ({folder} has neither)")
+    try:
+        return how(texts, folder, max_length)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a tokenizer's own failure on its files is the user's folder, in one line
+        raise ConfigError("weights", f"a tokenizer that encodes the texts ({folder}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
 
 
 def cache_key(texts: list[str], folder: str | Path, max_length: int) -> str:
@@ -197,13 +203,13 @@ def cached_encode(texts: list[str], folder: str | Path, max_length: int,
         Token ids (len(texts), max_length) int64, and the pad id.
     """
     base = Path(cache_dir) if cache_dir else _STORE.get() or default_cache_dir()
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        path = real_folder(base, "tokens") / f"{cache_key(texts, folder, max_length)}.npz"
-    except (OSError, StoreError):
-        return encode(texts, folder, max_length)  # no usable cache folder: tokenise every time
-    found = _load_cached(path, (len(texts), max_length))
+    name = f"{cache_key(texts, folder, max_length)}.npz"
+    found = _load_cached(base / "tokens" / name, (len(texts), max_length))
     if found is None:
-        found = encode(texts, folder, max_length)
-        _save(path, *found)
+        found = encode(texts, folder, max_length)  # a refused tokenizer leaves no folder behind: made below
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            _save(real_folder(base, "tokens") / name, *found)
+        except (OSError, StoreError):
+            pass  # no usable cache folder: tokenise every time
     return found
