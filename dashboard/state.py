@@ -10,7 +10,7 @@ import streamlit as st
 from dpviz.jobs import JobManager
 from dpviz.store import Store, default_cache_dir
 
-MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))  # two runs at once, one torch thread each on 2 cores
+MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))  # two runs at once; one alone trains on every core
 
 
 @st.cache_resource(show_spinner=False)

@@ -192,3 +192,18 @@ def test_a_training_line_gives_the_time_left_at_the_measured_pace_and_the_first_
     assert time_left((5, now - 10.0), 5, 10) is None and time_left((5, now - 10.0), 10, 10) is None
     assert time_left((0, now - 10.0), 5, 10) == "10 s"
     jm.shutdown()
+
+
+@pytest.mark.slow
+def test_a_job_alone_trains_on_every_core_and_two_at_once_share_them(cache_dir, fast_cfg):
+    from dpviz.jobs import pool
+
+    jm = JobManager(cache_dir, max_workers=2, analyses=False)  # the dashboard's two workers
+    alone = jm.submit(fast_cfg(seed=1))
+    alone.wait(120)
+    assert alone.threads_seen == {pool.threads_per_worker(1)}  # every core: os.cpu_count()
+    longer, shorter = jm.submit(fast_cfg(seed=2, epochs=12)), jm.submit(fast_cfg(seed=3, epochs=3))
+    longer.wait(240), shorter.wait(240)
+    for job in (longer, shorter):  # half each while both trained
+        assert pool.threads_per_worker(2) in job.threads_seen, job.threads_seen
+    assert pool.threads_per_worker(1) in longer.threads_seen  # every core again once the other had finished

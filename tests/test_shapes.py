@@ -4,6 +4,7 @@ the shapes it states."""
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,3 +145,41 @@ def test_passes_in_fixed_chunks_give_the_same_features():
     feats = prepare.layer_features(model, x, y, "cpu", fixed=104)
     assert all(f.shape[0] == 300 for k, f in feats.items() if k.startswith("layer_"))
     assert not math.isnan(feats["layer_1"].sum())
+
+
+class _CutToLongest(torch.nn.Module):
+    """A text backbone's contract (`dpviz.models.text`): ids right-padded with pad_id, each chunk cut to its
+    longest text; records each chunk's cost."""
+
+    pad_id = 0
+
+    def __init__(self):
+        super().__init__()
+        self.cuts = []
+
+    def forward_features(self, ids):
+        longest = int((ids != self.pad_id).sum(1).max())
+        self.cuts.append(longest * len(ids))  # the chunk's cost: rows × its cut length
+        return ids[:, :longest].float().sum(1, keepdim=True)  # (B, 1): each row's own value
+
+    def layer_features(self, ids):
+        f = self.forward_features(ids)
+        return [f, 2 * f]
+
+
+@pytest.mark.parametrize("fixed", [0, 104])
+def test_a_text_pass_runs_its_rows_by_length_and_returns_them_in_their_own_order(fixed):
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 49, (1000,), generator=g)
+    ids = torch.randint(1, 100, (1000, 48), generator=g) * (torch.arange(48) < lengths[:, None])  # right-padded
+    model = torch.nn.Module()
+    model.backbone = _CutToLongest()
+    want = ids.float().sum(1, keepdim=True)
+    assert torch.equal(prepare.backbone_features(model, ids, "cpu", fixed=fixed), want)
+    sorted_cost = sum(model.backbone.cuts)
+    feats = prepare.layer_features(model, ids, torch.zeros(1000), "cpu", fixed=fixed)
+    assert np.array_equal(feats["layer_1"], 2 * want.numpy())
+    model.backbone.cuts.clear()
+    shapes.chunked(model.backbone.forward_features, ids, device="cpu", fixed=fixed)  # in the rows' own order
+    # chunks of rows in their own order are each cut near 48 tokens
+    assert sorted_cost <= (0.65 if fixed else 0.8) * sum(model.backbone.cuts)

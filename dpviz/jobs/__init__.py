@@ -3,8 +3,10 @@
 Each `submit` becomes a `Job` (queued → running → finished, failed or cancelled) that a pool thread
 trains through `runner.run`; its ``phase`` says what it waits for — queued (behind the workers), preparing,
 searching (the public proxy search for "auto" rates, trial k of n), training (step of total) — and
-`JobManager.state` turns it into one line and a fraction for pages: one worker per 2 cores by default, torch threads split so that workers ×
-threads ≤ cores (`pool.threads_per_worker`, the worker pool's rule). Threads, not the pool's processes: a
+`JobManager.state` turns it into one line and a fraction for pages: one worker per 2 cores by default. The
+cores are shared among the jobs training now (`pool.threads_per_worker`, the worker pool's rule): a job
+alone trains on every core, two at once on half each, and a job takes its new share at its next step when
+another starts or ends. Threads, not the pool's processes: a
 job's progress, phase and cancel event are fields the server's pages read and set, in its memory; a run
 over several processes is a torchrun child (`processes`, through the pool's one torchrun launcher).
 With ``analyses=True`` every new checkpoint's background analyses are queued beside the training
@@ -62,6 +64,8 @@ class Job:
     joined: int = 0  # later submits of the same config that joined this job instead of training it again
     cached: bool = False  # answered from the store: an identical run had finished before
     waited: bool = False  # answered by an identical run another process was training (it waited for it)
+    threads: int = 0  # torch CPU threads its training uses now (its share of the cores: `_share_cores`)
+    threads_seen: set = field(default_factory=set, repr=False)  # every count it trained with
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     future: Future | None = field(default=None, repr=False)
 
@@ -84,8 +88,8 @@ class Job:
 class _Searching:
     """A job's search progress: ``(k, n)`` before trial k of n, ``.step(s, S)`` after each of its steps."""
 
-    def __init__(self, job: Job):
-        self.job = job
+    def __init__(self, job: Job, on_step=None):
+        self.job, self.on_step = job, on_step
 
     def __call__(self, k: int, n: int) -> None:
         self.job.search, self.job.phase, self.job.search_step = (k, n), "searching", None
@@ -93,6 +97,8 @@ class _Searching:
 
     def step(self, s: int, total: int) -> None:
         self.job.search_step = (s, total)
+        if self.on_step is not None:
+            self.on_step()
 
 
 def time_left(clock: tuple[int, float] | None, done: int, total: int | None) -> str | None:
@@ -125,11 +131,9 @@ class JobManager:
         self.store = Store(cache_dir)
         self.analyses = analyses
         workers = max_workers or max(1, (os.cpu_count() or 2) // 2)
-        # the pool's division of the cores (`pool.threads_per_worker`); set by the first job, so that a
-        # registry that only lists jobs (the dashboard's first page) never imports torch. One worker
-        # leaves torch's own choice.
-        self.torch_threads = pool.threads_per_worker(workers) if workers > 1 else None
         self.max_workers = workers  # runs that train at once
+        self._training = 0  # jobs in `_work` now: they share the cores (`_share_cores`)
+        self._lock = threading.Lock()
         self.pool = DaemonPool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
         self.analysis_pool = DaemonPool(1, "dpviz-analysis")
@@ -215,10 +219,30 @@ class JobManager:
             return
         job.phase = "preparing"
         training_modules()  # before torch's threads are set: the first import of torch is here
-        if self.torch_threads:
-            pool.set_threads(self.torch_threads)
+        with self._lock:
+            self._training += 1
+        try:
+            self._share_cores(job)
+            self._train(job, force)
+        finally:
+            with self._lock:
+                self._training -= 1
 
+    def _share_cores(self, job: Job) -> None:
+        """Give ``job``'s thread its share of the cores, cores ÷ the jobs training now: every core alone, half
+        each for two. Called in the job's own thread at its start and at every step or pass it reports:
+        torch's CPU thread count is a setting of the calling thread (OpenMP's), so each job sets its own."""
+        want = pool.threads_per_worker(max(1, self._training))
+        if job.threads != want:
+            import torch
+
+            torch.set_num_threads(want)
+            job.threads = torch.get_num_threads()
+            job.threads_seen.add(job.threads)
+
+    def _train(self, job: Job, force: bool) -> None:
         def progress(step, total, last):
+            self._share_cores(job)
             job.step, job.total_steps, job.last, job.since = step, total, last, time.time()
             if step and job.step_clock is None:  # the pace is measured from the first step on, not the warm-up
                 job.step_clock = (step, job.since)
@@ -226,7 +250,7 @@ class JobManager:
         def started(run_id):
             job.run_id, job.status, job.phase, job.since = run_id, "running", "training", time.time()
 
-        searching = _Searching(job)
+        searching = _Searching(job, lambda: self._share_cores(job))
 
         def waiting(run_id):
             job.run_id, job.phase = run_id, "waiting"

@@ -115,11 +115,25 @@ def stated_shapes(count: int) -> int:
 
 
 def chunked(fn: Callable, x: torch.Tensor, *, device, fixed: int, size: int = 512,
-            on_chunk: Callable[[int, int], None] | None = None):
+            on_chunk: Callable[[int, int], None] | None = None, order: torch.Tensor | None = None):
     """``fn`` over ``x`` in chunks moved to ``device``: of ``size`` rows, or with ``fixed`` > 0 of ``fixed`` rows
     (`pass_chunk`), the last one padded with copies of its first row and the padded outputs cut off. Returns
     the list of the chunks' outputs (each a tensor or a list of tensors, with the chunk's real rows only).
-    ``on_chunk(done, total)`` is called after each chunk (rows done of all)."""
+    ``on_chunk(done, total)`` is called after each chunk (rows done of all).
+
+    ``order`` (a permutation of the rows, e.g. texts by length, so that each chunk is cut to a short longest
+    text): the rows are passed in that order and the one returned output is back in the rows' own order.
+    """
+    if order is not None:
+        parts = chunked(fn, x[order], device=device, fixed=fixed, size=size, on_chunk=on_chunk)
+        back = torch.empty_like(order)
+        back[order] = torch.arange(len(order), device=order.device)  # sorted position of each row
+
+        def merged(pieces):  # the chunks' outputs, (n, ...) in the rows' own order
+            return torch.cat(pieces)[back.to(pieces[0].device)]
+        if isinstance(parts[0], (list, tuple)):
+            return [[merged([p[i] for p in parts]) for i in range(len(parts[0]))]]
+        return [merged(parts)]
     size = fixed or size
     out = []
     for i in range(0, len(x), size):
