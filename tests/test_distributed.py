@@ -128,3 +128,34 @@ def test_a_killed_rank_leaves_the_run_interrupted_and_the_store_readable(tmp_pat
     run = Store(tmp_path).list_runs()[0]  # opening the store marks the dead owner's run
     assert run["status"] in ("interrupted", "failed") and 5 <= run["step"] < run["total_steps"]
     assert Store(tmp_path).metrics(run["run_id"], "loss")["loss"]  # what was recorded reads back
+
+
+def test_a_torchrun_run_killed_at_a_snapshot_is_taken_over_by_the_same_command(tmp_path):
+    """Every process of a torchrun run killed once it has a snapshot: the same command goes on with that run
+    from its snapshot (one row, ε within its budget, one line on stderr), not a second run from step 0."""
+    flags = [*FLAGS, "--epochs", "30", "--epsilon", "8", "--checkpoint-every", "4", "--quiet"]
+    launch = [TORCHRUN, "--nproc-per-node", "2", "--master-port", "29534", "-m", "dpviz", "run", *flags]
+    proc = subprocess.Popen(launch, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline, snap = time.time() + 120, None
+        while time.time() < deadline and snap is None:
+            runs = Store(tmp_path).list_runs("running") if (tmp_path / "runs.sqlite").exists() else []
+            snap = Store(tmp_path).load_resume(runs[0]["run_id"]) if runs else None
+            snap = snap if snap and snap["step"] > 0 else None
+            time.sleep(0.3)
+    finally:  # every rank (torchrun starts them in sessions of their own), then torchrun
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        for pid in ranks:
+            os.kill(int(pid), signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert snap is not None and len(ranks) == 2, (snap, ranks)
+    rid, step = runs[0]["run_id"], Store(tmp_path).load_resume(runs[0]["run_id"])["step"]
+    again = subprocess.run([*launch, "--json"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout[again.stdout.index("{"):])
+    assert summary["run_id"] == rid and summary["epsilon_spent"] <= 8.0 and summary["world_size"] == 2
+    assert f"run {rid} of this configuration stopped at step {step}; going on with it" in again.stderr
+    runs = Store(tmp_path).list_runs()
+    assert [r["run_id"] for r in runs] == [rid] and runs[0]["status"] == "finished"

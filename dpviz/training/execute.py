@@ -57,7 +57,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     _concrete(cfg)
     if (world := distributed.current()) is not None:
         return _run_distributed(cfg, world, store=store, force=force, extra=extra, progress=progress, cancel=cancel,
-                                on_start=on_start, kind=kind, resume=resume)
+                                on_start=on_start, kind=kind, resume=resume, on_wait=on_wait, on_resume=on_resume)
     if not force and (hit := store.find_finished(cfg.hash())):
         return _answer(store, hit, kind, extra, on_start)
     prep = prepare.prepare(cfg, cache_dir=store.root, ahead=ahead)  # every input error is raised here
@@ -136,7 +136,7 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
 
 
 def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,
-                     resume=resuming.TAKE_OVER) -> dict:
+                     resume=resuming.TAKE_OVER, on_wait=None, on_resume=None) -> dict:
     """`run` as one rank of a distributed run (`dpviz.training.distributed`): rank 0 answers from the store or creates
     the run and alone writes it; every rank prepares (rank 0 first: it fills the caches the others read) and
     trains in step. Rank 0's summary records the world size and the backend; the others return theirs."""
@@ -152,7 +152,8 @@ def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, ca
         if not world.rank:
             world.barrier()
     run_id, state, answer = (None, None, None) if world.rank else _claim(store, cfg, prep, kind, resume, force, extra,
-                                                                         cancel=cancel)
+                                                                         cancel=cancel, on_wait=on_wait,
+                                                                         on_resume=on_resume)
     if answer := world.share(answer):  # rank 0 waited for the same configuration's run: it answers every rank
         return answer
     run_id, resumed = world.share((run_id, state is not None))
