@@ -182,6 +182,7 @@ def test_folder_flat_layout_split(tmp_path):
     b = load(_cfg("folder", tmp_path))
     assert b.name == "folder" and b.num_classes == 2 and b.x_train.shape[1:] == (3, 32, 32)
     assert (len(b.y_train), len(b.y_test)) == (8, 3) and sorted(b.y_test.tolist()) == [0, 0, 1]
+    assert b.skipped == 1  # notes.txt, left out and counted
     assert b.x_train.dtype == torch.float32 and b.y_train.dtype == torch.int64
     for x, y in zip(torch.cat([b.x_train, b.x_test]), torch.cat([b.y_train, b.y_test])):
         m = _marker(x)
@@ -190,6 +191,17 @@ def test_folder_flat_layout_split(tmp_path):
         else:
             assert (m - 100) // 50 == y and round((x[0, COL, ROW].item() + 1) / 2 * 255) == 7
     assert torch.equal(load(_cfg("folder", tmp_path)).y_test, b.y_test)  # split is deterministic
+
+
+def test_a_runs_summary_counts_the_entries_its_folder_left_out(fast_cfg, cache_dir):
+    from dataclasses import replace
+
+    from dpviz.training import loop, prepare
+
+    prep = prepare.prepare(fast_cfg(strategy="lp", lr_lp=0.5, epochs=1).fixed_rates(), cache_dir=cache_dir)
+    assert "skipped_files" not in loop.train(prep, store=None, run_id="folder")
+    prep.bundle = replace(prep.bundle, skipped=2)  # as an image folder with a README and a .DS_Store
+    assert loop.train(prep, store=None, run_id="folder")["skipped_files"] == 2
 
 
 def test_folder_train_test_layout(tmp_path):

@@ -44,6 +44,7 @@ class Bundle:
     pad_id: int = 0  # text: the tokenizer's pad id (right padding)
     x_holdout: torch.Tensor | None = field(default=None, repr=False)  # `RunConfig.holdout`: held-out training examples
     y_holdout: torch.Tensor | None = field(default=None, repr=False)
+    skipped: int = 0  # an image folder: entries left out as no image (a README, a .DS_Store), in the summary
 
     @property
     def n(self) -> int:

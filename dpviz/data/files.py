@@ -20,6 +20,7 @@ small file declaring a huge size (a decompression bomb), is refused naming it.
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 import pickle
 import struct
 import warnings
@@ -222,11 +223,11 @@ def _class_dirs(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[list[Path], list[int]]:
-    """Image paths under d/<class>/ (sorted) and their labels. Files of other kinds are left out (a README, a
-    .DS_Store); an entry named like an image that is not a file (a folder "0.png", a FIFO) is refused, as a
-    text folder refuses one named like a text, rather than skipped unseen."""
-    paths, labels = [], []
+def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[list[Path], list[int], int]:
+    """Image paths under d/<class>/ (sorted), their labels, and how many entries were left out: files of other
+    kinds (a README, a .DS_Store), counted in the run's summary. An entry named like an image that is not a
+    file (a folder "0.png", a FIFO) is refused, as a text folder refuses one named like a text."""
+    paths, labels, skipped = [], [], 0
     for c in classes:
         for p in sorted((d / c).iterdir()):
             if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_file():
@@ -235,7 +236,9 @@ def _list_images(d: Path, classes: list[str], index: dict[str, int]) -> tuple[li
             if p.suffix.lower() in IMAGE_SUFFIXES:
                 paths.append(p)
                 labels.append(index[c])
-    return paths, labels
+            else:
+                skipped += 1
+    return paths, labels, skipped
 
 
 def _open_image(p: Path) -> Image.Image:
@@ -275,7 +278,7 @@ def load_folder(cfg) -> Bundle:
         raise ConfigError("data_dir", f"{root} has only one of train/ and test/ ({expected})")
     classes = _class_dirs(tr if split else root)
     index = {c: i for i, c in enumerate(classes)}
-    paths, labels = _list_images(tr if split else root, classes, index)
+    paths, labels, skipped = _list_images(tr if split else root, classes, index)
     if len(classes) < 2 or not paths:
         raise ConfigError("data_dir", f"no class folders with images under {root} ({expected})")
     check_class_count(len(classes), tr if split else root)
@@ -283,11 +286,11 @@ def load_folder(cfg) -> Bundle:
         extra = sorted(set(_class_dirs(te)) - set(classes))
         if extra:
             raise ConfigError("data_dir", f"{te} has classes not in {tr}: {', '.join(extra)}")
-        te_paths, te_labels = _list_images(te, _class_dirs(te), index)
+        te_paths, te_labels, te_skipped = _list_images(te, _class_dirs(te), index)
         if not te_paths:
             raise ConfigError("data_dir", f"no images under {te}/<class>/ ({expected})")
         train, test = (_read_images(paths), labels), (_read_images(te_paths), te_labels)
-        return _bundle("folder", train, test, len(classes))
+        return replace(_bundle("folder", train, test, len(classes)), skipped=skipped + te_skipped)
     try:  # fixed stratified 80/20 split, independent of the run's seed
         from sklearn.model_selection import train_test_split  # lazy: slow to import
 
@@ -296,4 +299,4 @@ def load_folder(cfg) -> Bundle:
         raise ConfigError("data_dir", f"cannot split {root} 80/20 by class; each class needs at least "
                                       f"2 images and the test part one per class ({str(e).splitlines()[0]})") from None
     x, y = _read_images(paths), np.asarray(labels)
-    return _bundle("folder", (x[i_tr], y[i_tr]), (x[i_te], y[i_te]), len(classes))
+    return replace(_bundle("folder", (x[i_tr], y[i_tr]), (x[i_te], y[i_te]), len(classes)), skipped=skipped)

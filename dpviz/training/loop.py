@@ -337,6 +337,8 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     extra = {**loop.strategy.summary(loop), **holdout_count(loop)}
     if loop.cfg.precision == "fp16":  # examples whose overflowed entries were set to 0 (`privacy.precision`)
         extra = {**extra, "fp16_overflows": loop.overflows}
+    if prep.bundle.skipped:  # an image folder's entries that are no images: left out, and said so
+        extra = {**extra, "skipped_files": prep.bundle.skipped}
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)
 
 
