@@ -10,7 +10,8 @@ from dpviz import strategies
 from dpviz import autotune
 from dpviz.training import calibration
 from dpviz import catalog, tasks
-from dpviz.config import ACCOUNTANTS, AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
+from dpviz.config import AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
+from dpviz.privacy import accountants
 from dpviz.errors import DpvizError
 from dpviz.fields import KEEP_WEIGHTS
 
@@ -111,10 +112,10 @@ def _privacy_widgets() -> None:
                      key="f_epsilon",
                      help="Total ε for the whole run, every phase included. 'no privacy' trains without DP.")
     c2.number_input("δ", value=_default("f_delta", 1e-5), format="%.1e", step=1e-6, key="f_delta")
-    c3.selectbox("accountant", ACCOUNTANTS, index=_index(ACCOUNTANTS, "f_accountant"), key="f_accountant",
-                 help="PRV (Opacus's upper bound), RDP and PLD (Google's dp_accounting, its pessimistic "
-                      "estimate) bound ε. GDP is a central-limit approximation, not a bound: a GDP run is "
-                      "calibrated by PRV's bound and shows GDP's ε beside it.")
+    c3.selectbox("accountant", accountants.names(), index=_index(accountants.names(), "f_accountant"), key="f_accountant",
+                 help="; ".join(f"{a.name}: {a.label}" for a in map(accountants.get, accountants.names())) +
+                 ". An approximate accountant's run is calibrated and reported by the bound it names, with its own "
+                 "ε beside it.")
 
 
 def _param_widget(box, p: strategies.Param) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from dpviz import catalog, strategies
 from dpviz.errors import ConfigError
 from dpviz.fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
-    ACCOUNTANTS, AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
+    AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
     MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, TEXT_ONLY_FIELDS, coerce, finite_numbers, parse_epsilon, total_steps,
     unread_by_data, unset, validate)
 

@@ -14,8 +14,8 @@ import math
 
 from dpviz import catalog, strategies
 from dpviz.errors import ConfigError, missing_package
+from dpviz.privacy import accountants
 
-ACCOUNTANTS = ("prv", "rdp", "gdp", "pld")  # `dpviz.privacy.accounting.BOUND_BY`
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
 AUTO = "auto"
@@ -126,12 +126,13 @@ def validate(cfg) -> None:
     """
     for name, allowed in (("dataset", tuple(catalog.DATASETS)), ("backbone", tuple(catalog.BACKBONES)),
                           ("strategy", strategies.names()),
-                          ("accountant", ACCOUNTANTS), ("optimizer", OPTIMIZERS),
+                          ("accountant", accountants.names()), ("optimizer", OPTIMIZERS),
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS),
                           ("precision", PRECISIONS), ("keep_weights", KEEP_WEIGHTS)):
         _choice(cfg, name, allowed)
-    if cfg.accountant == "pld" and cfg.epsilon != math.inf and importlib.util.find_spec("dp_accounting") is None:
-        raise missing_package("accountant", "accountant pld", "dp_accounting")  # before any training, not at σ
+    acc = accountants.get(cfg.accountant)
+    if cfg.epsilon != math.inf and not acc.available():  # before any training, not at σ
+        raise missing_package("accountant", f"accountant {acc.name}", acc.package)
     if cfg.precision != "fp32" and cfg.grad_sample_mode == "hooks":
         raise ConfigError("precision", "fp32 with grad_sample_mode hooks (mixed precision runs on book-keeping: "
                           "grad_sample_mode bk or auto)", cfg.precision)

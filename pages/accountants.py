@@ -6,7 +6,7 @@ import streamlit as st
 from dashboard import analyses, layout, runs, state
 from dpviz import figures, results
 from dpviz.analyses.hessian import predict_batch_size
-from dpviz.config import ACCOUNTANTS
+from dpviz.privacy import accountants
 from dpviz.privacy.accounting import sigma_by_batch_size
 
 layout.page_setup("Accountants", r"""
@@ -50,7 +50,7 @@ if not labels:
     st.stop()
 analyses.privacy_banner()  # only this part reads data: curvature measured on private data; σ above is pure math
 pred_run = st.selectbox("run", list(labels), format_func=labels.get, key="cu_pred_run")
-acc = st.radio("accountant", ACCOUNTANTS, horizontal=True, key="cu_pred_acc")
+acc = st.radio("accountant", accountants.names(), horizontal=True, key="cu_pred_acc")
 steps = store.feature_steps(pred_run)
 res = results.cached_analysis(store, pred_run, steps[-1], "hessian") if steps else None
 cfg = store.get_run(pred_run)["config"]

@@ -157,12 +157,14 @@ def test_a_pld_run_spends_at_most_its_budget(fast_cfg, cache_dir):
 def test_the_table_and_the_cli_include_pld(cli_env):
     import pandas as pd
 
-    from dpviz.fields import ACCOUNTANTS
     from dpviz.figures.curvature import accountants_figure
-    from dpviz.figures.style import ACCOUNTANT_COLORS
+    from dpviz.privacy import accountants
+
+    ACCOUNTANTS, ACCOUNTANT_COLORS = accountants.names(), accountants.colors()
 
     rows = accounting.sigma_by_batch_size(epsilon=2.0, delta=1e-5, epochs=3, dataset_size=1437, batch_sizes=[64])
-    assert [r["accountant"] for r in rows] == ["rdp", "gdp", "prv", "pld"]
+    assert [r["accountant"] for r in rows] == list(ACCOUNTANTS)  # every registered one, in its order
+    assert ACCOUNTANTS[:4] == ("prv", "rdp", "gdp", "pld")
     assert set(ACCOUNTANT_COLORS) == set(ACCOUNTANTS) and len(set(ACCOUNTANT_COLORS.values())) == len(ACCOUNTANTS)
     fig = accountants_figure(pd.DataFrame(rows), 2.0, 1e-5, 3)  # the Accountants page's figure
     assert {t.name: t.line.color for t in fig.data if t.showlegend}["PLD"] == ACCOUNTANT_COLORS["pld"]

@@ -38,7 +38,8 @@ def add_accountants(sub) -> None:
     ac.add_argument("--epochs", type=int, required=True)
     ac.add_argument("--dataset-size", type=int, required=True)
     ac.add_argument("--batch-sizes", type=int, nargs="+", required=True)
-    ac.add_argument("--accountants", nargs="+", default=["rdp", "gdp", "prv", "pld"])
+    ac.add_argument("--accountants", nargs="+", default=None, metavar="NAME",
+                    help="accountants to tabulate (default: every registered one, dpviz.privacy.accountants)")
     ac.add_argument("--json", action="store_true")
     ac.set_defaults(handler=cmd_accountants)
 

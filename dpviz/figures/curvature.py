@@ -6,7 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpviz.figures.style import ACCOUNTANT_COLORS, BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
+from dpviz.privacy import accountants
+from dpviz.figures.style import BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
 
 SYMBOLS = ("circle", "square", "diamond")
 
@@ -65,7 +66,7 @@ def accountants_figure(rows: pd.DataFrame, epsilon: float, delta: float, epochs:
         for col, y in ((1, "noise_multiplier"), (2, "sigma2_over_b")):
             fig.add_trace(go.Scatter(x=g["batch_size"], y=g[y], mode="lines+markers", name=acc.upper(),
                                      legendgroup=acc, showlegend=col == 1,
-                                     line=dict(color=ACCOUNTANT_COLORS.get(acc), dash=DASHES[i % len(DASHES)])),
+                                     line=dict(color=accountants.colors().get(acc), dash=DASHES[i % len(DASHES)])),
                           row=1, col=col)
     fig = _layout(fig, f"σ each accountant needs<br>ε = {epsilon:g}, δ = {delta:.0e}, {epochs} epochs",
                   None, None, height=420)

@@ -21,8 +21,6 @@ OKABE_ITO = {"blue": "#0072B2", "vermillion": "#D55E00", "bluish green": "#009E7
 """Okabe & Ito's colour-blind-safe palette: every figure draws its curves in these (dashes are the second cue)."""
 GREY = "#999999"
 SERIES = tuple(OKABE_ITO.values())  # curves that are not strategies, in this order
-ACCOUNTANT_COLORS = {"rdp": OKABE_ITO["blue"], "gdp": OKABE_ITO["bluish green"], "prv": OKABE_ITO["vermillion"],
-                     "pld": OKABE_ITO["reddish purple"]}
 BASELINE_COLORS = {"magnitude": OKABE_ITO["blue"], "random": GREY, "bias": OKABE_ITO["bluish green"],
                    "norm": OKABE_ITO["reddish purple"]}
 """Sparse fine-tuning's fixed-mask baselines (not strategies of their own)."""

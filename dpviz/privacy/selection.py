@@ -128,13 +128,9 @@ def trial_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: floa
 def fixed_count_epsilon(*, trials: list[list[Phase]], delta: float) -> float:
     """ε at ``delta`` of running every schedule in ``trials`` on the same data and releasing them all,
     i.e. an ordinary search of a fixed number of trials: each trial composed, by the PLD accountant."""
-    from dpviz.privacy.accounting import _pld_epsilon, _merge, pld_grid
+    from dpviz.privacy.accounting import epsilon
 
-    flat = [p for t in trials for p in t if p.steps > 0]
-    history = _merge([(p.noise_multiplier, p.sample_rate, p.steps) for p in flat])
-    if not history:
-        return 0.0
-    return _pld_epsilon(history, delta, grid=pld_grid(phases=flat, delta=delta))
+    return epsilon(phases=[p for t in trials for p in t], delta=delta, accountant="pld")
 
 
 def fixed_search_epsilon(*, phases: list[Phase], score_sigma: float | None, delta: float, trials: int) -> float:

@@ -163,7 +163,7 @@ def plan(s: PrivateSearch, *, extra_records: int = 0) -> Plan:
     except ValueError as e:
         raise ConfigError("total_epsilon", str(e).split(": ", 1)[-1]) from None
     phases = selection.with_sigma(phases, sigma)
-    bound = accounting.BOUND_BY[cfg.accountant]
+    bound = accounting.bound_by(cfg.accountant)
     return Plan(noise_multiplier=sigma, phases=phases, holdout=holdout, score_sigma=score_sigma,
                 trial_epsilon=accounting.epsilon(phases=phases, delta=s.total_delta, accountant=bound),
                 trial_epsilon_with_score=selection.trial_epsilon(phases=phases, score_sigma=score_sigma,
@@ -318,7 +318,7 @@ def _entry(s: PrivateSearch, p: Plan, k: int) -> dict:
             "strategy": s.base.strategy, "base": s.base.to_dict(),
             "space": {f: list(v) for f, v in s.space.items()}, "total_epsilon": s.total_epsilon,
             "total_delta": s.total_delta, "epsilon_spent": p.search_epsilon,
-            "per_trial_epsilon": p.trial_epsilon, "per_trial_accountant": accounting.BOUND_BY[s.base.accountant],
+            "per_trial_epsilon": p.trial_epsilon, "per_trial_accountant": accounting.bound_by(s.base.accountant),
             "per_trial_epsilon_with_score": p.trial_epsilon_with_score, "noise_multiplier": p.noise_multiplier,
             "distribution": s.distribution, "mean_trials": s.mean_trials,
             "nb_shape": s.nb_shape if s.distribution == "negative-binomial" else None, "trials_drawn": k,

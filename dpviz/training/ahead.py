@@ -82,7 +82,7 @@ def compute(cfg: RunConfig) -> dict:
     cfg = cfg.fixed_rates()
     shape, blocks = static_shape(cfg)
     _, phases, _ = calibrated_phases(cfg, shape.n, blocks)
-    curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=accounting.BOUND_BY[cfg.accountant])
+    curve = accounting.epsilon_curve(phases=phases, delta=cfg.delta, accountant=accounting.bound_by(cfg.accountant))
     return {"n": shape.n, "blocks": blocks, "sigma": phases[0].noise_multiplier, "curve": curve}
 
 

@@ -52,7 +52,7 @@ def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:
     """σ for ``phases`` (σ unset) so that the whole schedule spends at most ``cfg.epsilon``."""
     try:
         return accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
-                                          accountant=accounting.BOUND_BY[cfg.accountant])
+                                          accountant=accounting.bound_by(cfg.accountant))
     except ConfigError:  # already names its field (the accountant's package is missing)
         raise
     except ValueError as e:

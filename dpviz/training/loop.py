@@ -357,7 +357,7 @@ def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict 
     cfg = prep.cfg
     spent, approx = None, {}
     if cfg.private:
-        bound = accounting.BOUND_BY[cfg.accountant]
+        bound = accounting.bound_by(cfg.accountant)
         # the curve's last point is this very composition (`epsilon_curve` always includes the end)
         spent = prep.eps_curve.get(sum(p.steps for p in prep.phases))
         if spent is None:

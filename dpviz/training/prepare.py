@@ -95,7 +95,7 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
                     public=public, canaries=audit)
     if with_curve and cfg.private:
         prep.eps_curve = curve or accounting.epsilon_curve(phases=phases, delta=cfg.delta,
-                                                           accountant=accounting.BOUND_BY[cfg.accountant])
+                                                           accountant=accounting.bound_by(cfg.accountant))
     return prep
 
 
