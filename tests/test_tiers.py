@@ -4,6 +4,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 TIERS = {"browser", "subprocess", "real", "slow"}
@@ -47,3 +49,15 @@ def test_each_tier_holds_the_tests_that_start_what_it_names(request):
     marked = tiers["browser"] | tiers["subprocess"] | tiers["real"]
     assert "tests/test_config.py" not in marked and "tests/test_config.py" in tiers["fast"]
     assert not {"tests/test_form_browser.py", "tests/test_real_models.py"} & tiers["fast"]
+
+
+def test_a_missing_package_fails_in_ci_and_is_skipped_elsewhere(monkeypatch):
+    from conftest import need
+
+    assert need("math").sqrt(4) == 2
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no_such_package_here is missing in CI"):
+        need("no_such_package_here")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        need("no_such_package_here")
