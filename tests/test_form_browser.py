@@ -66,17 +66,18 @@ def settled(page) -> None:
 
 
 def launched_run(cache_dir, before: set, timeout: float = 240) -> dict:
-    """The one run stored since ``before`` (run ids), once its row exists."""
+    """The one run stored since ``before`` (run ids), counted once that run has trained a step or ended: a
+    second launch of the same click would have been stored by then (its row comes before its first step)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         new = [r for r in Store(cache_dir).list_runs() if r["run_id"] not in before]
-        if new:
-            time.sleep(1.0)  # a second launch, if any, would be there by now
+        if new and ((new[0]["step"] or 0) >= 1 or new[0]["status"] not in ("queued", "running")):
+            time.sleep(0.5)
             new = [r for r in Store(cache_dir).list_runs() if r["run_id"] not in before]
             assert len(new) == 1, f"one click stored {len(new)} runs"
             return new[0]
         time.sleep(0.3)
-    raise AssertionError("no run was stored after Launch")
+    raise AssertionError("no run was stored after Launch, or it never trained a step")
 
 
 def assert_launched_as_shown(cache_dir, before: set, form: dict) -> dict:
