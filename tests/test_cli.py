@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,13 @@ def test_background_analyses_wait_while_a_run_trains(cli_env, cache_dir, fast_cf
     with idle.training(store.root):
         proc = subprocess.Popen([sys.executable, "-m", "dpviz", "analyze", "all", run_id, "--when-idle", "--json"],
                                 env=cli_env, stdout=subprocess.PIPE, text=True)
-        time.sleep(4)  # long enough to import and compute a checkpoint's analyses, were it not waiting
+        locks = Path("/proc/locks")  # Linux's list of file locks, the blocked waiters marked "->"
+        deadline = time.time() + (120 if locks.exists() else 4)  # without it: 4 s, long enough to have run
+        while time.time() < deadline and not (locks.exists() and any(
+                l.split()[1] == "->" and f" {proc.pid} " in l for l in locks.read_text().splitlines())):
+            assert proc.poll() is None, "the analyses ran instead of waiting"
+            time.sleep(0.2)
+        assert time.time() < deadline or not locks.exists(), "the analyses never waited for the lock"
         assert proc.poll() is None and analysed(store, run_id) == set()
     out, _ = proc.communicate(timeout=120)
     wanted = {(step, name) for step in store.feature_steps(run_id) for name in BACKGROUND}
