@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dpviz import catalog, strategies
 from dpviz.errors import ConfigError
+from dpviz.privacy import accountants
 from dpviz.fields import (  # noqa: F401  (the field rules, re-exported where callers always found them)
     AUTO, AUTO_FIELDS, CLIPPINGS, DEVICES, EPSILON_ALLOWED, GRAD_SAMPLE_MODES, LR_DEFAULTS, MAX_EPSILON,
     MAX_STEPS, NO_DP, OPTIMIZERS, PRECISIONS, TEXT_ONLY_FIELDS, coerce, finite_numbers, parse_epsilon, total_steps,
@@ -183,8 +184,9 @@ class RunConfig:
                     d.pop(k)
             d.update(catalog.plugin_fields(self))  # a plugin's entries: never a built-in one's key
             d["_schema"] = SCHEMA_VERSION
-            if self.accountant == "gdp":  # σ is calibrated by PRV's bound now (GDP's overspent): not the old runs
-                d["_gdp_calibrated_by"] = "prv"
+            acc = accountants.get(self.accountant)
+            if acc.bound_by:  # σ calibrated by another's bound (GDP's own overspent, so: PRV's): not the old runs
+                d[f"_{acc.name}_calibrated_by"] = acc.bound_by
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     def hash(self) -> str:
