@@ -336,9 +336,10 @@ def preview_total(cfg: RunConfig) -> int:
 
 
 def _calibrated_by(cfg: RunConfig) -> str:
-    if cfg.accountant == "gdp":
-        return "PRV's upper bound: GDP is an approximation, not a bound"
-    return cfg.accountant.upper()
+    acc = accountants.get(cfg.accountant)
+    if acc.bound_by:
+        return f"{acc.bound_by.upper()}'s upper bound: {acc.name.upper()} is an approximation, not a bound"
+    return acc.name.upper()
 
 
 def render_preview(cfg: RunConfig, prev: dict) -> None:
