@@ -349,3 +349,15 @@ def test_a_search_trial_time_is_measured_from_this_stores_search_runs(cache_dir)
         store.finish_run(run_id, "finished", summary={"wall_time_s": wall})
     assert autotune.proxy.trial_seconds(cfg, store) == 6.0  # the median
     assert autotune.proxy.trial_seconds(cfg.replace(backbone="vit"), store) is None  # another backbone's
+
+
+@pytest.mark.parametrize("task", ["real-text", "real-vision"])
+@pytest.mark.parametrize("strategy", ["lp", "fft", "lp-fft"])
+def test_a_presets_strategies_answer_from_the_shipped_grid_without_a_search(task, strategy):
+    """A preset's button, then LP, FFT or LP-FFT at any ε from 1 to 8, launches with no search of rates."""
+    from dpviz import tasks
+    from dpviz.autotune import grid
+
+    for eps in (1.0, 2.0, 4.0, 8.0):
+        cfg = tasks.config(task, strategy=strategy, epsilon=eps)
+        assert grid.lookup(cfg, autotune.used_fields(cfg)) is not None, f"{task} {strategy} ε={eps} would search"
