@@ -20,11 +20,11 @@ small file declaring a huge size (a decompression bomb), is refused naming it.
 from __future__ import annotations
 
 import gzip
-from dataclasses import replace
 import pickle
 import struct
 import warnings
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -119,13 +119,13 @@ class Store(RunFiles):
         import stat
 
         from dpviz.store.artifacts import STORE_FOLDERS
+        from dpviz.store.safefile import link_refused
 
         for name in STORE_FOLDERS:
             with contextlib.suppress(FileNotFoundError):
                 mode = os.lstat(self.root / name).st_mode
                 if stat.S_ISLNK(mode):
-                    raise StoreError(f"store: {self.root / name} is a link: remove it (dpviz reads and writes "
-                                     "nothing through links in a store)")
+                    raise link_refused(self.root / name, "reads and writes")
                 if not stat.S_ISDIR(mode):
                     raise StoreError(f"store: {self.root / name} is not a folder: move it away")
 

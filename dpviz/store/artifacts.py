@@ -38,6 +38,7 @@ from typing import BinaryIO
 import numpy as np
 
 from dpviz.errors import StoreError, load_failure
+from dpviz.store.safefile import link_refused
 
 KIND, SCHEMA = "__kind__", "__schema__"
 VERSIONS = {"features": 1, "weights": 3, "model": 2, "mask": 1, "analysis": 1, "resume": 1, "tensor": 1}
@@ -110,7 +111,7 @@ def _not_a_link(path: Path) -> None:
     inside = next((i for i, p in enumerate(chain) if p.name in STORE_FOLDERS), 0)
     for p in chain[:inside + 1]:  # the store's root above them is the user's choice (it may well be a link)
         if p.is_symlink():
-            raise StoreError(f"store: {p} is a link: remove it (dpviz reads nothing through links in a store)")
+            raise link_refused(p)
 
 
 def read_bytes(path: Path) -> bytes:
@@ -129,8 +130,7 @@ def read_bytes(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise StoreError(f"store: {path} is a link: remove it (dpviz reads nothing through links in a store)") \
-                from None
+            raise link_refused(path) from None
         raise
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode

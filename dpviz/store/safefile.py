@@ -61,6 +61,12 @@ def write_atomic(path: str | Path, write) -> None:
         raise
 
 
+def link_refused(path: Path, does: str = "reads") -> StoreError:
+    """The one line for a link found where a store keeps its own files or folders (``does``: what dpviz does
+    nothing through: reads, writes, or reads and writes)."""
+    return StoreError(f"store: {path} is a link: remove it (dpviz {does} nothing through links in a store)")
+
+
 def real_folder(base: Path, *parts: str) -> Path:
     """``base/parts…``, each part created if missing and refused if it is a link or not a folder.
 
@@ -73,7 +79,7 @@ def real_folder(base: Path, *parts: str) -> Path:
             os.mkdir(path)
         mode = os.lstat(path).st_mode
         if stat.S_ISLNK(mode):
-            raise StoreError(f"store: {path} is a link: remove it (dpviz writes nothing through links in a store)")
+            raise link_refused(path, "writes")
         if not stat.S_ISDIR(mode):
             raise StoreError(f"store: {path} is not a folder: move it away")
     return path
