@@ -1,6 +1,6 @@
 """A run on a shared machine: its training time alone, beside a CPU burner on each core, and beside a second
 identical run at once, as ratios to alone — under libgomp's own spin (what a process got before dpviz set
-its wait policy) and under dpviz's default (`dpviz.training.threads`), side by side in one run.
+its wait policy) and under dpviz's default (`dpviz.runtime.threads`), side by side in one run.
 
     python bench/bench_contention.py              # the default CNN run, a real-text DP-LP run, a dashboard job
     python bench/bench_contention.py --only cnn   # one workload

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from common import CACHE, interleaved, prepared
 import dpviz
-from dpviz.analyses import curvature
+from dpviz.privacy import curvature
 from dpviz.analyses.service import analyze, model_checkpoint
 from dpviz.config import RunConfig
 from dpviz.store import Store

@@ -9,7 +9,7 @@ import warnings
 
 __version__ = "0.2.0"
 
-from dpviz.training import threads
+from dpviz.runtime import threads
 
 threads.set_wait_policy()  # before anything imports torch: libgomp reads it once, at load
 

@@ -10,15 +10,15 @@ import threading
 from typing import Callable
 
 from dpviz.config import RunConfig
-from dpviz.privacy import opacus_accountants
+from dpviz.runtime.imports import IMPORTS
 from dpviz.store import Store
 
 
 def training_modules():
-    """The modules a run trains with, imported under one lock (`opacus_accountants.IMPORTS`, which also
+    """The modules a run trains with, imported under one lock (`dpviz.runtime.imports.IMPORTS`, which also
     guards the accountants' own import and a first ``import opacus``): two threads' first imports at once
     fail on Python's per-module locks. Opacus itself is not among them: the default run never uses it."""
-    with opacus_accountants.IMPORTS:
+    with IMPORTS:
         from dpviz.training import calibration
         from dpviz.training import distributed
         from dpviz.training import execute

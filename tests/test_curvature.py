@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, hessian
 
-from dpviz.analyses import curvature
+from dpviz.privacy import curvature
 
 
 def tiny(seed=0):

@@ -14,7 +14,7 @@ from dpviz import results
 from dpviz.training import resume
 from dpviz.jobs import JobManager
 from dpviz.store import Store
-from dpviz.training.threads import SPIN, set_wait_policy
+from dpviz.runtime.threads import SPIN, set_wait_policy
 
 
 @pytest.mark.slow
@@ -196,7 +196,7 @@ def test_a_training_line_gives_the_time_left_at_the_measured_pace_and_the_first_
 
 @pytest.mark.slow
 def test_a_job_alone_trains_on_every_core_and_two_at_once_share_them(cache_dir, fast_cfg):
-    from dpviz.jobs import pool
+    from dpviz.runtime import pool
 
     jm = JobManager(cache_dir, max_workers=2, analyses=False)  # the dashboard's two workers
     alone = jm.submit(fast_cfg(seed=1))

@@ -32,8 +32,7 @@ TOP_LEVEL = {row[0].strip("`") for row in _rows("Top-level modules")}
 PACKAGES = set(re.findall(r"^- \*\*`(\w+)/`\*\*", _section("Packages"), re.M))
 
 # Named exceptions: imports that are not dependencies.
-# - Annotation-only imports under `if TYPE_CHECKING:` (e.g. strategies.base names the trainer's `Loop`
-#   in its hooks' signatures) never run.
+# - Annotation-only imports under `if TYPE_CHECKING:` never run.
 # - A module importing its own package's __init__ (`from . import register`) is the registration seam of
 #   strategies, analyses and results: the package lists its modules, each module registers itself.
 
@@ -47,16 +46,17 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
-def layer_of(name: str) -> int:
-    """The layer of the longest listed prefix of ``name`` ("" is the package itself)."""
-    best = None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for pre in prefixes:
-            if name == pre or (pre and name.startswith(pre + ".")):
-                if best is None or len(pre) > best[1]:
-                    best = (i, len(pre))
-    assert best is not None, f"dpviz.{name} is in no layer: add it to LAYERS"
-    return best[0]
+def top(name: str) -> str:
+    """The top-level module or package ``name`` belongs to ("" is the package itself)."""
+    return name.split(".")[0]
+
+
+def layer_of(name: str, layers=None) -> int:
+    """The layer of the row that lists ``name``'s top-level module or package."""
+    for i, (_, members) in enumerate(layers or LAYERS):
+        if top(name) in members:
+            return i
+    raise AssertionError(f"dpviz.{name} is in no layer: add {top(name) or '__init__'} to the table")
 
 
 def _type_checking(node) -> bool:
@@ -107,6 +107,59 @@ EDGES = {name: targets(name, path) for name, path in MODULES.items()}
 def test_every_module_is_in_a_layer():
     for name in MODULES:
         layer_of(name)
+
+
+def spanning_rows(layers) -> list[str]:
+    """Rows that name part of a package (``training.threads``): a package then spans layers."""
+    return [f"{row}: {m}" for row, members in layers for m in members if "." in m]
+
+
+def test_every_package_sits_whole_in_one_layer():
+    assert not spanning_rows(LAYERS), "rows naming part of a package:\n" + "\n".join(spanning_rows(LAYERS))
+    listed = [m for _, members in LAYERS for m in members]
+    assert len(listed) == len(set(listed)), f"listed in two rows: {sorted({m for m in listed if listed.count(m) > 1})}"
+    # the check can fail: a row of the old table, where `training.threads` sat with the leaves
+    assert spanning_rows([("leaves", ["errors", "training.threads"])])
+
+
+def package_graph(edges) -> dict[str, set[str]]:
+    """Top-level module or package → those it imports (a package's own registration seam left out)."""
+    graph: dict[str, set[str]] = {}
+    for a, bs in edges.items():
+        graph.setdefault(top(a), set()).update(top(b) for b in bs if top(b) != top(a) and not own_package(a, b))
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that returns to its start, or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(v):
+        state[v] = 1
+        path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        path.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def test_the_package_graph_has_no_cycle():
+    found = cycle(package_graph(EDGES))
+    assert found is None, "package cycle: " + " → ".join(f"dpviz.{m or '(package)'}" for m in found)
+    # the check can fail: the old tree's strategies → analyses.curvature → analyses.hessian → training.prepare
+    # → strategies is a package cycle although no module circle
+    planted = {**EDGES, "strategies.continual": EDGES["strategies.continual"] | {"analyses.hessian"}}
+    assert cycle(package_graph(planted)) is not None
 
 
 def test_no_module_imports_a_higher_layer():
@@ -181,3 +234,37 @@ def test_no_module_imports_another_packages_private_names(tmp_path):
     planted = tmp_path / "loop.py"
     planted.write_text("from dpviz.store.checks import _private\n")
     assert private_imports("training.loop", planted)  # the check can fail
+
+
+def _members(cls_node: ast.ClassDef) -> set[str]:
+    """Methods, annotated class attributes and ``self.x = …`` assignments of a class's body."""
+    out = {n.name for n in cls_node.body if isinstance(n, ast.FunctionDef)}
+    out |= {n.target.id for n in cls_node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    for node in ast.walk(cls_node):
+        targets_ = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets_:
+            for e in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                    out.add(e.attr)
+    return out
+
+
+def _class(path: Path, name: str) -> ast.ClassDef:
+    return next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def loop_uses(source: str) -> set[str]:
+    """The members a strategy's source reads of the ``loop`` its hooks get."""
+    return {n.attr for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "loop"}
+
+
+def test_strategies_use_only_the_written_loop_api_and_the_loop_provides_it():
+    """`strategies.base.LoopAPI` is the strategy API of the trainer: the strategies use nothing else of the
+    loop, and `training.loop.Loop` has every member of it."""
+    api = _members(_class(MODULES["strategies.base"], "LoopAPI"))
+    used = {m: loop_uses(p.read_text()) - api for m, p in MODULES.items() if m.startswith("strategies.")}
+    assert not any(used.values()), f"loop members used but not in LoopAPI: { {m: u for m, u in used.items() if u} }"
+    missing = api - _members(_class(MODULES["training.loop"], "Loop"))
+    assert not missing, f"LoopAPI members the trainer's Loop lacks: {missing}"
+    assert loop_uses("def after_step(self, loop, plan, setup):\n    loop.optimizer.zero_grad()\n") - api  # can fail

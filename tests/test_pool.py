@@ -10,7 +10,7 @@ import dpviz
 from dpviz import reproduce, sweeps
 from dpviz.autotune import proxy
 from dpviz.config import RunConfig
-from dpviz.jobs import pool
+from dpviz.runtime import pool
 from dpviz.sweeps.trials import Trials
 
 

@@ -4,7 +4,7 @@ A model analysis: it reloads the run's weights at the step and takes a fixed
 batch of the *private training data* (the first ``batch`` examples of a fixed
 permutation, independent of the run's seed), so like the other analyses it is
 a statistic of private data that the run's DP guarantee does not cover.
-The formulas are in `dpviz.analyses.curvature`'s docstring. The parameters are those
+The formulas are in `dpviz.privacy.curvature`'s docstring. The parameters are those
 the run updates at that step (the head in an LP phase, everything in FFT);
 the decelerator uses the run's own σ, expected batch size B and clipping
 norm C, and c, the mean clip factor of the sampled per-sample gradients.
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from dpviz.analyses import curvature
+from dpviz.privacy import curvature
 from dpviz.privacy.clipping import clip_factors
 from dpviz.analyses import register
 

@@ -169,7 +169,7 @@ def cmd_sweep(args) -> int:
 
 
 def _workers(requested: int | None, waiting: int) -> int:
-    from dpviz.jobs.pool import local_workers
+    from dpviz.runtime.pool import local_workers
 
     n, note = local_workers(requested, waiting)
     if note:
@@ -285,7 +285,7 @@ def cmd_worker(args) -> int:
 
     from dpviz import runner
     from dpviz import sweeps
-    from dpviz.jobs import pool
+    from dpviz.runtime import pool
 
     at_least(args, "threads", 1)
     st = _existing_storage(args)  # a damaged journal is one line, before torch works

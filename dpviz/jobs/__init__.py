@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
-from dpviz.jobs import pool
-from dpviz.training.threads import DaemonPool, end_process
+from dpviz.runtime import pool
+from dpviz.runtime.threads import DaemonPool, end_process
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
 

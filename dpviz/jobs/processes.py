@@ -1,6 +1,6 @@
 """A background job's run over several local processes: ``torchrun -m dpviz run`` in a child, watched through
 the store (rank 0 writes it as any run; `dpviz.training.distributed`), started by the pool's one torchrun
-launcher (`dpviz.jobs.pool.torchrun`: each rank with its share of the cores).
+launcher (`dpviz.runtime.pool.torchrun`: each rank with its share of the cores).
 
 The job's thread resolves "auto" rates first (a search, if one must train, runs here and reports its trials
 as in one process), writes the concrete config to a file, starts ``python -m torch.distributed.run
@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from dpviz.errors import Cancelled
-from dpviz.jobs import pool
+from dpviz.runtime import pool
 from dpviz.runner import resolved
 
 

@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dpviz.errors import BackboneError, ConfigError, load_failure
-from dpviz.privacy.opacus_accountants import import_opacus
+from dpviz.runtime.imports import import_opacus
 
 import_opacus()  # under the accountants' lock: never beside their placeholder import
 from opacus.utils.module_utils import trainable_modules  # noqa: E402

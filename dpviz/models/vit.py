@@ -36,7 +36,7 @@ def register_with_opacus() -> None:
     """Teach Opacus's hooks the per-sample gradient of `ClsPos` (idempotent). Called by whatever is
     about to use Opacus's grad samplers, not at import: importing Opacus costs ≈ 1 s that the
     default (book-keeping) path never needs."""
-    from dpviz.privacy.opacus_accountants import import_opacus
+    from dpviz.runtime.imports import import_opacus
 
     import_opacus()  # under the accountants' lock: never beside their placeholder import
     from opacus.grad_sample import GradSampleModule, register_grad_sampler

@@ -66,7 +66,7 @@ class Stepper:
             self.keeper = bk.BookKeeper(module, precision)
             self.forward = module
         else:
-            from dpviz.privacy.opacus_accountants import import_opacus
+            from dpviz.runtime.imports import import_opacus
 
             GradSampleModule = import_opacus().GradSampleModule  # only here: the default path never needs it
 

@@ -22,9 +22,10 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
-import threading
 import types
 from pathlib import Path
+
+from dpviz.runtime.imports import IMPORTS
 
 MECHANISMS = {"prv": ("prv", "PRVAccountant"), "rdp": ("rdp", "RDPAccountant"),
               "gdp": ("gdp", "GaussianAccountant")}
@@ -37,19 +38,6 @@ def _package(name: str, path: Path) -> types.ModuleType:
     mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     mod.__spec__.submodule_search_locations = [str(path)]
     return mod
-
-
-IMPORTS = threading.RLock()
-"""Held while this module swaps placeholders in and out of ``sys.modules`` and while a thread first imports
-Opacus (`dpviz.runner.training_modules`): one thread's ``import opacus`` in the middle of another's
-placeholders fails on a half-removed package (``KeyError: 'opacus.accountants'``)."""
-
-
-def import_opacus() -> types.ModuleType:
-    """Opacus itself (its grad samplers, validators, privacy engine), imported once under `IMPORTS`: only
-    the hooks grad-sample mode and external backbones need it, never the default run (≈ 2 s here)."""
-    with IMPORTS:
-        return importlib.import_module("opacus")
 
 
 def _load(module: str) -> types.ModuleType:

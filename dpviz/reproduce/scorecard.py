@@ -138,7 +138,7 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
 
 def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callable | None = None,
           cancel=None) -> int:
-    """Train ``configs`` in the worker pool (`dpviz.jobs.pool`: at most one process per core and per run, each
+    """Train ``configs`` in the worker pool (`dpviz.runtime.pool`: at most one process per core and per run, each
     taking the next run from one queue, so runs of very different lengths spread evenly) into the store at
     ``cache_dir``; return how many finished.
 
@@ -155,7 +155,7 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
     """
     from functools import partial
 
-    from dpviz.jobs import pool
+    from dpviz.runtime import pool
     from dpviz.runner import run as run_one
 
     if not configs:

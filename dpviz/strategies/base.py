@@ -3,20 +3,19 @@
 A strategy is one class in one module of this package, registered by name with
 `register`. Its class attributes tell the rest of dpviz what it needs (the
 `RunConfig` fields it uses, its learning rates, its colour); `plan` turns a
-config into phases; the hooks run inside `loop.Loop`, which has one phase
-loop and names no strategy. Reading the registry imports no torch: hooks import
-what they need when they run.
+config into phases; the hooks run inside the trainer's loop (`dpviz.training.loop.Loop`),
+which has one phase loop and names no strategy. What a hook may use of that loop is
+`LoopAPI`, written down here so that strategies never import the trainer (it sits a
+layer above them). Reading the registry imports no torch: hooks import what they need
+when they run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from dpviz.errors import ConfigError
-
-if TYPE_CHECKING:  # the loop's types; imported only for annotations
-    from dpviz.training.loop import Loop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +81,49 @@ class PhaseSetup:
     private: bool
     update: bool = True
     optimizer: Any = None
+
+
+class LoopAPI(Protocol):
+    """What a strategy's hooks may use of the run that trains them (`dpviz.training.loop.Loop` is one).
+
+    Attributes:
+        cfg: the run's `RunConfig`.
+        prep: the prepared run (`dpviz.training.prepare.Prepared`): ``phases`` (σ and steps per phase),
+            ``public`` (the public stand-in's data, for strategies that train on it), ``sample_rate``.
+        model: the classifier (``.backbone``, ``.head``) on ``dev``.
+        dev: the torch device the run trains on.
+        step: steps taken so far, over all phases.
+        rec: the run's metric recorder; ``rec.add(step, **metrics)`` stores metrics at a step.
+    """
+
+    cfg: Any
+    prep: Any
+    model: Any
+    dev: Any
+    step: int
+    rec: Any
+
+    def set_trainable(self, trainable: str) -> None:
+        """Freeze all but "head", "last:k" blocks or "all"."""
+
+    def head_features(self) -> Any:
+        """Penultimate features (n, d) of the private training set under the frozen backbone."""
+
+    def setup(self, *, module, inputs=None, labels=None, sample_rate: float | None = None,
+              private: bool | None = None, update: bool = True, optimizer=None) -> "PhaseSetup":
+        """A phase's data and settings: the private training set under DP unless told otherwise."""
+
+    def event(self, kind: str, message: str) -> None:
+        """Store a line in the run's event log."""
+
+    def update_run(self, **fields) -> None:
+        """Update the stored run's row (a schedule that changed its total)."""
+
+    def save_mask(self, mask: dict) -> None:
+        """Store a sparse run's selected rows."""
+
+    def evaluate(self) -> None:
+        """Evaluate on the test split now and record it."""
 
 
 class Strategy:
@@ -166,28 +208,28 @@ class Strategy:
         raise NotImplementedError
 
     # --- hooks of the generic loop ------------------------------------------
-    def enter_phase(self, loop: "Loop", plan: PhasePlan) -> PhaseSetup:
+    def enter_phase(self, loop: "LoopAPI", plan: PhasePlan) -> PhaseSetup:
         """Set what trains and return the phase's data; by default private DP-SGD on ``plan.trainable``."""
         loop.set_trainable(plan.trainable)
         if plan.trainable == "head":  # frozen backbone: features once, not a forward per step
             return loop.setup(module=loop.model.head, inputs=loop.head_features())
         return loop.setup(module=loop.model)
 
-    def before_step(self, loop: "Loop", plan: PhasePlan, k: int) -> bool:
+    def before_step(self, loop: "LoopAPI", plan: PhasePlan, k: int) -> bool:
         """Called before step k of a phase; return False to end the phase early."""
         return True
 
-    def after_step(self, loop: "Loop", plan: PhasePlan, setup: PhaseSetup) -> None:
+    def after_step(self, loop: "LoopAPI", plan: PhasePlan, setup: PhaseSetup) -> None:
         """Called after a step's gradients are set, before the optimizer applies them."""
 
-    def leave_phase(self, loop: "Loop", plan: PhasePlan, setup: PhaseSetup) -> None:
+    def leave_phase(self, loop: "LoopAPI", plan: PhasePlan, setup: PhaseSetup) -> None:
         """Called after a phase's last step (or its early end)."""
 
     def state_dict(self, model) -> dict:
         """The weights a checkpoint stores: they must load into the unmodified classifier."""
         return model.state_dict()
 
-    def resume_state(self, loop: "Loop") -> dict | None:
+    def resume_state(self, loop: "LoopAPI") -> dict | None:
         """What this strategy keeps outside the weights, for a stopped run to go on (`dpviz.training.resume`): {} when
         nothing, None when it cannot go on from here (the run then starts again)."""
         return {}
@@ -195,6 +237,6 @@ class Strategy:
     def load_resume_state(self, state: dict) -> None:
         """Take back what `resume_state` gave."""
 
-    def summary(self, loop: "Loop") -> dict:
+    def summary(self, loop: "LoopAPI") -> dict:
         """What this strategy adds to the run's JSON summary."""
         return {}

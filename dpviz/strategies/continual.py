@@ -90,7 +90,7 @@ class PublicThenPrivate(Strategy):
         pub = loop.prep.public
         px, py = pub.x_train.to(loop.dev), pub.y_train.to(loop.dev)
         if self.cfg.switch_step < 0 and self.cfg.private:
-            from dpviz.analyses.curvature import DeceleratorMonitor
+            from dpviz.privacy.curvature import DeceleratorMonitor
 
             c = self.cfg
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,

@@ -23,7 +23,7 @@ from typing import Callable
 import optuna
 
 from dpviz.config import RunConfig
-from dpviz.jobs import pool
+from dpviz.runtime import pool
 from dpviz.store import Store, owner_alive, process_token
 
 TS = optuna.trial.TrialState
@@ -145,7 +145,7 @@ def _next_trial(study: optuna.Study, me: str) -> optuna.Trial | None | bool:
 
 
 class Trials(pool.Source):
-    """A study as the pool's queue (`dpviz.jobs.pool`): the next trial is the next `Study.ask` in its
+    """A study as the pool's queue (`dpviz.runtime.pool`): the next trial is the next `Study.ask` in its
     storage, so workers here, on other machines and after a relaunch share one queue. Its workers are
     ``python -m dpviz worker`` programs, which train with `dpviz.runner.run` (a user's study)."""
 

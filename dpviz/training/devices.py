@@ -19,7 +19,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, TypeVar
 
 from dpviz.errors import Cancelled
-from dpviz.training.threads import DaemonPool
+from dpviz.runtime.threads import DaemonPool
 
 T = TypeVar("T")
 POLL_S = 0.2  # how often a waiting caller looks at its cancel event
