@@ -90,7 +90,7 @@ def test_pending_and_switched_off_searches_train_nothing(cache_dir, monkeypatch)
     fixed, res = autotune.resolve(cfg, cache_dir=cache_dir)
     assert res.source == "default" and fixed.lr_ft == autotune.DEFAULTS["lr_ft"]
     assert Store(cache_dir).list_runs() == [] and not (cache_dir / "optuna.journal").exists() or \
-        autotune.study_name(cfg, ["lr_ft"]) not in __import__("optuna").get_all_study_names(
+        autotune.proxy_study_name(cfg, ["lr_ft"]) not in __import__("optuna").get_all_study_names(
             dpviz.sweeps.storage(None, cache_dir))
 
 

@@ -268,3 +268,21 @@ def test_strategies_use_only_the_written_loop_api_and_the_loop_provides_it():
     missing = api - _members(_class(MODULES["training.loop"], "Loop"))
     assert not missing, f"LoopAPI members the trainer's Loop lacks: {missing}"
     assert loop_uses("def after_step(self, loop, plan, setup):\n    loop.optimizer.zero_grad()\n") - api  # can fail
+
+
+def init_problems(path: Path) -> list[str]:
+    """What makes a package's ``__init__.py`` more than its re-exports: over 40 lines, or a class or function
+    of its own (a module ``__getattr__`` is a lazy re-export and allowed)."""
+    src = path.read_text()
+    out = [f"{path.relative_to(ROOT)}: {len(src.splitlines())} lines"] if len(src.splitlines()) > 40 else []
+    out += [f"{path.relative_to(ROOT)}: defines {n.name}" for n in ast.parse(src).body
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name != "__getattr__"]
+    return out
+
+
+def test_package_inits_only_re_export():
+    """A package's main class lives in a module named for it (`store.runstore`, `jobs.manager`), so a reader
+    finds it by file name and ``__init__`` only says what the package offers."""
+    found = [p for path in sorted(PKG.rglob("__init__.py")) for p in init_problems(path)]
+    assert not found, "\n".join(found)
+    assert init_problems(PKG / "store" / "runstore.py")  # the check can fail: what store/__init__.py held

@@ -36,7 +36,7 @@ def space_of(fields, private: bool = True) -> dict:
     return {f: list((RANGES if private else PLAIN_RANGES)[f]) for f in fields}
 
 
-def study_name(cfg: RunConfig, fields) -> str:
+def proxy_study_name(cfg: RunConfig, fields) -> str:
     """The name `search` gives (or gave) the study for ``cfg``'s ``fields``, found without creating it."""
     from dpviz import sweeps
 
@@ -217,13 +217,13 @@ def best_trial(done: list):
 
 def finished_search(cfg: RunConfig, fields, cache_dir, trials, seed, name: str | None = None) -> tuple | None:
     """(study, finished trials) of ``cfg``'s search if it has run to its budget, else None (creates nothing);
-    ``name``: the study's name (`study_name`), where the caller has it."""
+    ``name``: the study's name (`proxy_study_name`), where the caller has it."""
     import optuna
 
     from dpviz import sweeps
 
     storage = sweeps.storage(None, cache_dir)
-    name = name or study_name(cfg, fields)
+    name = name or proxy_study_name(cfg, fields)
     if name not in optuna.get_all_study_names(storage):
         return None
     study = optuna.load_study(study_name=name, storage=storage)  # read only: a look-up writes nothing

@@ -86,7 +86,7 @@ class Query:
     @functools.cached_property
     def study(self) -> str:
         """The name of the search's study (found without creating it); worked out only where a search is asked."""
-        return proxy.study_name(self.tuned, self.fields)
+        return proxy.proxy_study_name(self.tuned, self.fields)
 
     def answer(self, res: Resolution) -> tuple[RunConfig, Resolution]:
         """The one `replace`: ``asked`` with the resolved values (unchanged while a search is pending)."""
