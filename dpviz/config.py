@@ -33,9 +33,12 @@ def switched_off(variable: str) -> bool:
     return os.environ.get(variable, "on").lower() in ("off", "0", "no")
 
 _UNHASHED = ("device", "batch_shapes")
-# Fields added after runs were stored: hashed only when the run's strategy reads them, so every
-# earlier run keeps its cache key.
-_HASHED_ONLY_FOR_OWNER = ("lora_rank",)
+# The strategies' own fields that every stored run's key holds, whatever its strategy: they were hashed for
+# all strategies when those runs were stored, so they stay so. Every other strategy field (any knob declared
+# from now on, `dpviz.strategies.Param`) is hashed only for the strategies that read it: adding one changes
+# no stored run's key.
+HASHED_FOR_EVERY_STRATEGY = frozenset({"lp_fraction", "tune_blocks", "public_dataset", "switch_step",
+                                       "switch_threshold", "switch_batch", "sparsity", "selection"})
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,8 @@ class RunConfig:
     strategy: str = "lp-fft"
     epsilon: float = 1.0
     delta: float = 1e-5
-    lp_fraction: float = 0.3
-    tune_blocks: int = 1
+    lp_fraction: float = strategies.default("lp_fraction")
+    tune_blocks: int = strategies.default("tune_blocks")
     accountant: str = "prv"
     clip_norm: float = 1.0
     batch_size: int = 256
@@ -130,13 +133,13 @@ class RunConfig:
     eval_subset: int = 360
     grad_sample_mode: str = "auto"
     clipping: str = "abadi"
-    public_dataset: str = "glyphs"
-    switch_step: int = -1
-    switch_threshold: float = 0.5
-    switch_batch: int = 256
-    sparsity: float = 0.2
-    selection: str = "sparta"
-    lora_rank: int = 4
+    public_dataset: str = strategies.default("public_dataset")
+    switch_step: int = strategies.default("switch_step")
+    switch_threshold: float = strategies.default("switch_threshold")
+    switch_batch: int = strategies.default("switch_batch")
+    sparsity: float = strategies.default("sparsity")
+    selection: str = strategies.default("selection")
+    lora_rank: int = strategies.default("lora_rank")
     max_length: int = 64
     train_size: int = 0
     holdout: int = 0
@@ -173,7 +176,8 @@ class RunConfig:
         d = self.to_dict()
         if hashed_only:
             owned = strategies.get(self.strategy).fields()
-            for k in _UNHASHED + tuple(k for k in _HASHED_ONLY_FOR_OWNER if k not in owned):
+            others = sorted(strategies.strategy_fields() - HASHED_FOR_EVERY_STRATEGY - set(owned))
+            for k in _UNHASHED + tuple(others):
                 d.pop(k)
             for k, default in (("train_size", 0), ("holdout", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
                                  ("switch_batch", 256)):

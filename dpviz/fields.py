@@ -53,16 +53,19 @@ def total_steps(cfg, n: int) -> int:
                           f"≥ {hours:.3g} h); lower epochs or raise batch_size", cfg.epochs)
     return steps
 
-_TYPES = {"epsilon": float, "delta": float, "lp_fraction": float, "clip_norm": float,
-          "lr_lp": float, "lr_ft": float, "tune_blocks": int, "batch_size": int,
-          "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int,
-          "switch_step": int, "switch_threshold": float, "switch_batch": int, "sparsity": float, "lora_rank": int, "max_length": int,
-          "train_size": int, "holdout": int, "batch_shapes": int}
+_TYPES = {"epsilon": float, "delta": float, "clip_norm": float, "lr_lp": float, "lr_ft": float, "batch_size": int,
+          "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int, "max_length": int,
+          "train_size": int, "holdout": int, "batch_shapes": int}  # the shared numeric fields
+
+
+def numeric_types() -> dict[str, type]:
+    """Every numeric field's type: the shared ones, and each strategy's own as it declares it."""
+    return {**_TYPES, **{n: p.type for n, p in strategies.knobs().items() if p.type is not str}}
 
 
 def coerce(cfg) -> None:
     """Turn strings from flags/files into numbers; "inf" means no privacy (`parse_epsilon`)."""
-    for name, typ in _TYPES.items():
+    for name, typ in numeric_types().items():
         v = getattr(cfg, name)
         if isinstance(v, bool):
             raise ConfigError(name, f"a number ({typ.__name__})", v)

@@ -39,25 +39,61 @@ class PhasePlan:
 
 @dataclass(frozen=True, kw_only=True)
 class Param:
-    """How a strategy's own `RunConfig` field is shown by the form (the CLI shows every field as a flag).
+    """A strategy's own `RunConfig` field (a knob), declared once: its default, type and allowed range, and
+    how the form shows it. The config's default, the type that text from flags and files is read as, the
+    range check and the form's widget all come from here (the CLI shows every field as a flag, with
+    ``help``).
 
     Attributes:
         name: the `RunConfig` field.
+        default: its value when not given (`dpviz.config.RunConfig` reads it).
         label: the widget's label.
-        kind: "slider" (float in [low, high]), "int" (number input), "choice" (select box).
-        low, high, step: the range of a slider or number input.
-        choices: the options of a select box.
+        kind: "slider" (a float), "int" (a whole number) or "choice" (one of ``choices``).
+        low, high, step: the range of the form's slider or number input.
+        valid: the allowed range (lo, hi), either end None for none; by default the form's (low, high).
+        bounds: which ends of ``valid`` are allowed: "[]", "(]", "[)" or "()".
+        means: a few words after the range in an error ("the fraction of each layer's rows that train").
+        choices: the options of a choice.
         help: the widget's tooltip and the CLI flag's help.
     """
 
     name: str
+    default: Any
     label: str
     kind: str = "slider"
     low: float | None = None
     high: float | None = None
     step: float | None = None
+    valid: tuple | None = None
+    bounds: str = "[]"
+    means: str = ""
     choices: tuple = ()
     help: str = ""
+
+    @property
+    def type(self) -> type:
+        """What text from flags and files is read as."""
+        return {"slider": float, "int": int, "choice": str}[self.kind]
+
+    def allowed(self) -> str:
+        """The allowed values in words: "must be in (0, 1] (…)", "must be an integer >= 1", "one of …"."""
+        if self.kind == "choice":
+            return f"one of {', '.join(self.choices)}"
+        lo, hi = self.valid or (self.low, self.high)
+        if self.kind == "int":
+            text = f"must be an integer in [{lo}, {hi}]" if hi is not None else f"must be an integer >= {lo}"
+        else:
+            text = f"must be in {self.bounds[0]}{lo:g}, {hi:g}{self.bounds[1]}"
+        return f"{text} ({self.means})" if self.means else text
+
+    def holds(self, value) -> bool:
+        """Whether ``value`` (already of `type`) is allowed."""
+        if self.kind == "choice":
+            return value in self.choices
+        lo, hi = self.valid or (self.low, self.high)
+        above = lo is None or (value > lo if self.bounds[0] == "(" else value >= lo)
+        below = hi is None or (value < hi if self.bounds[1] == ")" else value <= hi)
+        return above and below
 
 
 @dataclass(kw_only=True)
@@ -167,8 +203,8 @@ class Strategy:
         """Range checks of this strategy's own fields, run whatever strategy a config names (a bad
         value is an error even where it is unused, so it cannot surprise a later switch of strategy)."""
         for p in cls.params:
-            if p.kind == "choice" and getattr(cfg, p.name) not in p.choices:
-                raise ConfigError(p.name, f"one of {', '.join(p.choices)}", getattr(cfg, p.name))
+            if not p.holds(getattr(cfg, p.name)):
+                raise ConfigError(p.name, p.allowed(), getattr(cfg, p.name))
 
     @classmethod
     def validate(cls, cfg) -> None:

@@ -7,7 +7,6 @@ the unmodified backbone.
 
 from __future__ import annotations
 
-from dpviz.errors import ConfigError
 from dpviz.strategies import register
 from dpviz.strategies.base import Param, PhasePlan, Strategy
 
@@ -16,18 +15,12 @@ from dpviz.strategies.base import Param, PhasePlan, Strategy
 class LowRankAdapters(Strategy):
     name, label, color = "lora", "low-rank adapters (LoRA)", "#56B4E9"
     lr_fields = ("lr_ft",)
-    params = (Param(name="lora_rank", label="adapter rank r (lora)", kind="int", low=1, high=256, step=1,
+    params = (Param(name="lora_rank", default=4, label="adapter rank r (lora)", kind="int", low=1, high=256, step=1,
                     help="rank of the low-rank update B·A added to every Linear / Conv2d of the backbone"),)
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.fraction = None
-
-    @classmethod
-    def validate_fields(cls, cfg) -> None:
-        top = int(cls.params[0].high)  # as the form: wider than any layer dpviz builds is no low rank
-        if not 1 <= cfg.lora_rank <= top:
-            raise ConfigError("lora_rank", f"must be an integer in [1, {top}]", cfg.lora_rank)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):
         return [PhasePlan(name="lora", steps=total_steps, lr=self.cfg.lr_ft)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dpviz.errors import ConfigError
 from dpviz.strategies import register
 from dpviz.strategies.base import Param, PhasePlan, Strategy
 
@@ -14,13 +13,8 @@ class LinearProbeThenFineTune(Strategy):
     name, label, color = "lp-fft", "LP, then full fine-tuning", "#009E73"
     lr_fields = ("lr_lp", "lr_ft")
     auto_axes = ("lp_fraction",)
-    params = (Param(name="lp_fraction", label="LP fraction p (share of steps and budget on LP)", low=0.0,
+    params = (Param(name="lp_fraction", default=0.3, label="LP fraction p (share of steps and budget on LP)", low=0.0,
                     high=1.0, step=0.05, help="share p of the steps, and so of the privacy loss, spent on LP"),)
-
-    @classmethod
-    def validate_fields(cls, cfg) -> None:
-        if not 0 <= cfg.lp_fraction <= 1:
-            raise ConfigError("lp_fraction", "must be in [0, 1]", cfg.lp_fraction)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):
         k = round(self.cfg.lp_fraction * total_steps)

@@ -13,13 +13,9 @@ class PartialFineTune(Strategy):
 
     name, label, color = "partial", "last k blocks", "#CC79A7"
     lr_fields = ("lr_ft",)
-    params = (Param(name="tune_blocks", label="blocks to tune", kind="int", low=1, high=64, step=1,
+    params = (Param(name="tune_blocks", default=1, label="blocks to tune", kind="int", low=1, high=64, step=1,
+                    valid=(1, None),  # the backbone's block count bounds it, once known (`plan`)
                     help="how many of the backbone's last blocks train (with the head)"),)
-
-    @classmethod
-    def validate_fields(cls, cfg) -> None:
-        if cfg.tune_blocks < 1:
-            raise ConfigError("tune_blocks", "must be an integer >= 1", cfg.tune_blocks)
 
     def plan(self, *, total_steps, steps_per_epoch, num_blocks):
         k = self.cfg.tune_blocks

@@ -51,6 +51,16 @@ def strategy_fields() -> set[str]:
     return {f for s in REGISTRY.values() for f in s.fields()}
 
 
+def knobs() -> dict[str, Param]:
+    """Every strategy's own fields by name, as declared (`Param`): defaults, types, ranges."""
+    return {p.name: p for s in REGISTRY.values() for p in s.params}
+
+
+def default(name: str):
+    """The declared default of the knob ``name`` (what `dpviz.config.RunConfig` defaults to)."""
+    return knobs()[name].default
+
+
 def validate(cfg, chosen: type[Strategy] | None = None) -> None:
     """Every strategy's field ranges, then the chosen strategy's own rules (``chosen``: its class, if known)."""
     for cls in REGISTRY.values():

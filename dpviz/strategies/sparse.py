@@ -7,7 +7,6 @@ masked DP-SGD on the chosen rows (`dpviz.models.sparse` holds the masks and the 
 
 from __future__ import annotations
 
-from dpviz.errors import ConfigError
 from dpviz.strategies import register
 from dpviz.strategies.base import Param, PhasePlan, Strategy
 
@@ -29,20 +28,13 @@ class SparseFineTune(Strategy):
     grad_sample_modes = ("auto", "bk")  # masked rows need book-keeping
     min_epochs = 3  # head epochs, a selection epoch, masked epochs
     params = (
-        Param(name="selection", label="rows to train (sparse)", kind="choice",
+        Param(name="selection", default="sparta", label="rows to train (sparse)", kind="choice",
               choices=SELECTIONS,
               help="sparta: private selection epoch; magnitude/random: fixed rows; bias / norm: head + biases / "
                    "norm layers"),
-        Param(name="sparsity", label="sparsity s (share of each layer's rows, sparse)", low=0.01, high=1.0,
-              step=0.01, help="the fraction of each layer's rows (output neurons / filters) that train"),
+        Param(name="sparsity", default=0.2, label="sparsity s (share of each layer's rows, sparse)", low=0.01,
+              high=1.0, step=0.01, valid=(0, 1), bounds="(]", means="the fraction of each layer's rows that train", help="the fraction of each layer's rows (output neurons / filters) that train"),
     )
-
-    @classmethod
-    def validate_fields(cls, cfg) -> None:
-        super().validate_fields(cfg)
-        if not 0 < cfg.sparsity <= 1:
-            raise ConfigError("sparsity", "must be in (0, 1] (the fraction of each layer's rows that train)",
-                              cfg.sparsity)
 
     @classmethod
     def unread(cls, cfg) -> tuple[str, ...]:
