@@ -41,7 +41,7 @@ def settled(waited: bool, waiting: bool) -> None:
 
 def request(run_id: str, name: str, step: int, **params) -> dict | None:
     """The analysis result if cached; otherwise queue it once and return None."""
-    from dpviz.analyses.service import analyze, cached
+    from dpviz.analyses import analyze, cached
 
     if (hit := cached(state.store(), run_id, name, step=step, **params)) is not None:
         return hit

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dpviz import strategies
 from dpviz import autotune
-from dpviz.training import calibration
+from dpviz import runner
 from dpviz import catalog, tasks
 from dpviz.config import AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.privacy import accountants
@@ -103,7 +103,7 @@ def _index(options, key: str, fallback=None) -> int:
 
 @st.cache_data(show_spinner="Calibrating the noise for this budget…", max_entries=256)
 def _preview(cfg_json: str) -> dict:
-    return calibration.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
+    return runner.preview(RunConfig.from_dict(__import__("json").loads(cfg_json)))
 
 
 def _privacy_widgets() -> None:

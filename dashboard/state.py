@@ -37,7 +37,7 @@ def umap_warmup() -> dict:
     def work():
         time.sleep(5)  # let the first page render before numba takes the CPU
         try:
-            from dpviz.analyses.embedding import warm_umap
+            from dpviz.analyses import warm_umap
             warm_umap()
             status["ready"] = True
         except Exception as e:  # noqa: BLE001 - shown on the page; PCA keeps working

@@ -25,6 +25,15 @@ def training_modules():
     return calibration, distributed, execute
 
 
+def preview(cfg: RunConfig) -> dict:
+    """What ``cfg`` implies before launch (σ, q, each phase's steps), checked as a run would check it but with
+    nothing trained: `dpviz.training.calibration.preview`, for the forms and the command line (torch is not
+    imported: the form shows it as the user edits)."""
+    with IMPORTS:
+        from dpviz.training import calibration
+    return calibration.preview(cfg)
+
+
 def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None, search_progress=None,
              cancel=None, rates: str = "search") -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the

@@ -5,9 +5,8 @@ import streamlit as st
 
 from dashboard import analyses, layout, runs, state
 from dpviz import figures, results
-from dpviz.analyses.hessian import predict_batch_size
-from dpviz.privacy import accountants
-from dpviz.privacy.accounting import sigma_by_batch_size
+from dpviz.analyses import predict_batch_size
+from dpviz.privacy import accountants, sigma_by_batch_size
 
 layout.page_setup("Accountants", r"""
 The noise multiplier σ that each accountant (RDP, GDP, PRV, PLD) needs for the same (ε, δ) over the same epochs, as

@@ -286,3 +286,59 @@ def test_package_inits_only_re_export():
     found = [p for path in sorted(PKG.rglob("__init__.py")) for p in init_problems(path)]
     assert not found, "\n".join(found)
     assert init_problems(PKG / "store" / "runstore.py")  # the check can fail: what store/__init__.py held
+
+
+SURFACE = {row[0]: set(_names(row[1])) for row in _rows("The faces' surface")}
+FACES = {ROOT / "app.py": "every face", **{p: "every face" for d in ("dashboard", "pages") for p in (ROOT / d).glob("*.py")},
+         **{p: "the command line" for p in (PKG / "cli").glob("*.py")}}
+
+
+def _public_names(top_name: str) -> set[str] | None:
+    """The names a face may import from ``dpviz.<top_name>``: a package's ``__all__``; None for a module (any
+    public name)."""
+    init = PKG / top_name / "__init__.py"
+    if not init.exists():
+        return None
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    return set()
+
+
+def face_reaches(path: Path, face: str) -> list[str]:
+    """The imports of ``path`` beyond its face's surface."""
+    allowed = SURFACE["every face"] | (SURFACE["the command line"] if face == "the command line" else set())
+    out = []
+    for node in _imports(ast.parse(path.read_text())):
+        mods = [(a.name, None) for a in node.names] if isinstance(node, ast.Import) else \
+            [(node.module or "", [a.name for a in node.names])] if node.level == 0 else []
+        for mod, names in mods:
+            if not (mod == "dpviz" or mod.startswith("dpviz.")):
+                continue
+            parts = mod.split(".")[1:]
+            if face == "the command line" and parts[:1] == ["cli"]:
+                continue
+            where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}: {mod}"
+            if not parts:  # from dpviz import x: the namespace, or a top-level module or package by name
+                out += [f"{where}.{n}" for n in names or () if n.startswith("_") or
+                        (n not in allowed and (PKG / n).exists() | (PKG / f"{n}.py").exists())]
+                continue
+            if len(parts) > 1 or parts[0] not in allowed or names is None:
+                out.append(f"{where} (a module inside a package, or not on the surface)")
+                continue
+            public = _public_names(parts[0])
+            out += [f"{where}.{n}" for n in names
+                    if n.startswith("_") or (public is not None and n not in public)]
+    return out
+
+
+def test_the_faces_import_only_the_declared_surface(tmp_path):
+    assert set(FACES.values()) <= set(SURFACE), "docs/architecture.md: the faces' surface table has no such row"
+    bare = [p for p in set().union(*SURFACE.values()) if _public_names(p) == set()]
+    assert not bare, f"packages on the faces' surface must say what they offer (__all__): {bare}"
+    found = [line for path, face in sorted(FACES.items()) for line in face_reaches(path, face)]
+    assert not found, "imports beyond the faces' surface (docs/architecture.md):\n" + "\n".join(found)
+    page = tmp_path / "page.py"  # the check can fail: a page reaching into a package, as they once did
+    page.write_text("def f():\n    from dpviz.analyses.hessian import predict_batch_size\n"
+                    "from dpviz.training import calibration\nfrom dpviz.store import _private\n")
+    assert len(face_reaches(page, "every face")) == 3

@@ -7,3 +7,8 @@ An audit's training run is not the user's run: it is never stored among the runs
 
 from dpviz.audit.run import (MAX_CANARIES, AuditSpec, THREATS, KINDS, audit, best_per_config, roc, stored,  # noqa: F401
                              time_estimate)
+from dpviz.audit.search import audit_search  # noqa: F401
+from dpviz.audit import readings, sweep  # noqa: F401  (the readings under an audit, and sweeps of audits)
+
+__all__ = ["MAX_CANARIES", "AuditSpec", "THREATS", "KINDS", "audit", "best_per_config", "roc", "stored", "time_estimate",
+           "audit_search", "readings", "sweep"]

@@ -27,3 +27,9 @@ from dpviz.autotune.proxy import (  # noqa: F401  (the search, run when neither 
     EDGE, EXTEND_TRIALS, TRIALS_PER_FIELD, at_edges, best_trial, chance_warning, edge_warning, extension,
     finished_search, proxy_for, search, search_base, space_of, start_points, proxy_study_name, trials_for)
 from dpviz.autotune.policy import DEFAULTS, Query, Resolution, query, resolve, used_fields  # noqa: F401
+
+__all__ = ["annotations", "GRID_PATH", "PLAIN_RANGES", "RANGES", "interpolate", "key_of", "lookup", "power_law",
+           "shipped", "smooth", "EDGE", "EXTEND_TRIALS", "TRIALS_PER_FIELD", "at_edges", "best_trial",
+           "chance_warning", "edge_warning", "extension", "finished_search", "proxy_for", "search", "search_base",
+           "space_of", "start_points", "proxy_study_name", "trials_for", "DEFAULTS", "Query", "Resolution", "query",
+           "resolve", "used_fields"]

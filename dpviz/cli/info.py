@@ -101,7 +101,7 @@ def cmd_theory(args) -> int:
 def _setting_fields(args: argparse.Namespace) -> dict:
     """The `Setting` fields given as flags, read as their types; --overlay checked before any curve."""
     from dpviz.theory import Setting
-    from dpviz.theory.overlay import STRATEGIES as OVERLAYS
+    from dpviz.theory import OVERLAYS
 
     kw = {}
     for f in fields(Setting):
@@ -116,7 +116,7 @@ def _setting_fields(args: argparse.Namespace) -> dict:
 
 
 def cmd_accountants(args) -> int:
-    from dpviz.privacy.accounting import sigma_by_batch_size
+    from dpviz.privacy import sigma_by_batch_size
 
     rows = sigma_by_batch_size(epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
                                dataset_size=args.dataset_size, batch_sizes=args.batch_sizes,

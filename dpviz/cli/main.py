@@ -18,7 +18,7 @@ import sys
 
 from dpviz import catalog
 from dpviz.errors import DpvizError
-from dpviz.store.checks import no_new_store_on_error
+from dpviz.store import no_new_store_on_error
 from dpviz.cli import audit, info, runs, sweeps
 from dpviz.cli.common import Parser, fail
 

@@ -342,7 +342,7 @@ def cmd_analyze(args) -> int:
         # lock before this process imports torch beside it, then wait until nothing trains.
         time.sleep(idle.GRACE_S)
         idle.wait_until_idle(store.root)
-    from dpviz.analyses.service import analyze, analyze_missing
+    from dpviz.analyses import analyze, analyze_missing
 
     if args.analysis == "all":  # every background analysis of every checkpoint that is not stored yet
         wait = (lambda: idle.wait_until_idle(store.root)) if args.when_idle else None
@@ -363,8 +363,8 @@ def cmd_analyze(args) -> int:
 def cmd_features(args) -> int:
     import numpy as np
 
-    from dpviz.analyses.service import resolve_step
-    from dpviz.store.safefile import write_atomic
+    from dpviz.analyses import resolve_step
+    from dpviz.store import write_atomic
     from dpviz.store import Store
 
     out = _output_file(args.out)  # before the store opens: bad input creates nothing

@@ -142,7 +142,6 @@ def _grid(args, base: RunConfig) -> list[dict]:
 
 def cmd_sweep(args) -> int:
     from dpviz import runner
-    from dpviz.training import calibration
     from dpviz import sweeps
 
     base = config_from_args(args)
@@ -150,7 +149,7 @@ def cmd_sweep(args) -> int:
     _refuse_other_kind(args, base)
     sweeps.check_points(base, [{"epsilon": e} for e in args.epsilons])  # every ε, before starting
     args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
-    calibration.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
+    runner.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
     points = _grid(args, base)
     study = sweeps.create_grid_sweep(args.kind, base, points, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = _workers(args.workers, len(study.get_trials(deepcopy=False, states=(sweeps.TS.WAITING,))))
@@ -169,7 +168,7 @@ def cmd_sweep(args) -> int:
 
 
 def _workers(requested: int | None, waiting: int) -> int:
-    from dpviz.runtime.pool import local_workers
+    from dpviz.runtime import local_workers
 
     n, note = local_workers(requested, waiting)
     if note:
@@ -260,8 +259,7 @@ def cmd_private_tune(args) -> int:
 
         sweeps.check_ranges(base, space)
     if args.audit is not None:
-        from dpviz.audit.run import AuditSpec
-        from dpviz.audit.search import audit_search
+        from dpviz.audit import AuditSpec, audit_search
 
         report = audit_search(search, AuditSpec(canaries=args.audit), store=Store(args.cache_dir),
                               progress=None if args.json else _say_trial)
@@ -285,12 +283,12 @@ def cmd_worker(args) -> int:
 
     from dpviz import runner
     from dpviz import sweeps
-    from dpviz.runtime import pool
+    from dpviz.runtime import set_threads
 
     at_least(args, "threads", 1)
     st = _existing_storage(args)  # a damaged journal is one line, before torch works
     if args.threads:
-        pool.set_threads(args.threads)
+        set_threads(args.threads)
     known = [] if st is None else [s.study_name for s in optuna.get_all_study_summaries(st)
                                    if s.study_name.startswith("dpviz-")]
     if args.study and args.study not in known:
@@ -305,7 +303,7 @@ def _existing_storage(args):
     """The storage the worker reads, or None where no journal file exists yet: no study to work on, and
     opening the storage would create the file (a refused ``--study`` must leave the cache as it was)."""
     from dpviz import sweeps
-    from dpviz.sweeps.journal import journal_path
+    from dpviz.sweeps import journal_path
 
     if not (args.storage or os.environ.get("DPVIZ_STORAGE")) and not journal_path(args.cache_dir).exists():
         return None

@@ -17,10 +17,10 @@ _SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "theory", 
 
 
 def __getattr__(name: str):
-    if name in _SUBJECTS:
+    if name in _SUBJECTS or name == "export":
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "live_curves", "metric_curves",
-           "private_caption", "utility_curve", "with_caption", *_SUBJECTS]
+           "private_caption", "utility_curve", "with_caption", *_SUBJECTS, "export"]

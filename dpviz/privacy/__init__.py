@@ -1,0 +1,16 @@
+"""Privacy: the accountants' registry, accounting, clipping, precision, dpviz's DP step and the curvature of
+its update. The faces reach the registry (`accountants`) and σ by batch size here; the rest is imported by
+module where it runs (the DP step loads torch, the accounting does not).
+"""
+
+import importlib
+
+__all__ = ["accountants", "sigma_by_batch_size"]
+
+
+def __getattr__(name: str):  # accounting loads on first use: importing a privacy module stays light
+    if name == "sigma_by_batch_size":
+        return importlib.import_module(".accounting", __name__).sigma_by_batch_size
+    if name == "accountants":
+        return importlib.import_module(".accountants", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,3 +2,7 @@
 
 A leaf package: it imports nothing of dpviz's, so every layer above may start workers and threads.
 """
+
+from dpviz.runtime.pool import local_workers, set_threads  # noqa: E402,F401  (the command line's workers)
+
+__all__ = ["local_workers", "set_threads"]

@@ -5,6 +5,8 @@ The package re-exports `dpviz.sweeps.design`.
 
 from __future__ import annotations
 
+from dpviz.sweeps import private  # noqa: F401  (private searches: a search inside one ε)
+from dpviz.sweeps.journal import journal_path  # noqa: F401
 from dpviz.sweeps.design import (  # noqa: F401
     storage, TS, run_local, start_workers, work, budget_grid, study_name, check_points,
     create_grid_sweep, sparse_points, create_budget_sweep, check_space, check_ranges, preview_corners,
@@ -14,4 +16,4 @@ from dpviz.sweeps.design import (  # noqa: F401
 __all__ = ["storage", "TS", "run_local", "start_workers", "work", "budget_grid", "study_name", "check_points",
            "create_grid_sweep", "sparse_points", "create_budget_sweep", "check_space", "check_ranges",
            "preview_corners", "proxy_base", "search_name", "create_search", "table", "best_config",
-           "private_trials", "search_cost", "studies"]
+           "private_trials", "search_cost", "studies", "private", "journal_path"]

@@ -22,7 +22,7 @@ from dpviz.theory.setting import Setting
 from dpviz.theory.simulate import initial, integrate
 
 OVERLAY_SEEDS = 4
-STRATEGIES = ("lp", "fft")  # what the engine overlay can train over the diffusion
+OVERLAYS = ("lp", "fft")  # what the engine overlay can train over the diffusion
 
 
 def _model(w: np.ndarray, v: np.ndarray, relu: bool):
@@ -83,8 +83,8 @@ def overlay(s: Setting, *, strategy: str = "fft", lr: float | None = None, batch
 
     if s.loss != "logistic":
         raise ConfigError("loss", "logistic for the engine overlay (DP-SGD trains with cross-entropy)", s.loss)
-    if strategy not in STRATEGIES:
-        raise ConfigError("strategy", " or ".join(STRATEGIES), strategy)
+    if strategy not in OVERLAYS:
+        raise ConfigError("strategy", " or ".join(OVERLAYS), strategy)
     lr, batch = lr or s.dt, batch or max(1, s.n // 4)
     s = s.replace(seeds=seeds, dt=lr)
     steps = s.steps
