@@ -26,7 +26,6 @@ def store() -> Store:
 @st.cache_resource(show_spinner=False)
 def umap_warmup() -> dict:
     """Compile UMAP once per server in a background thread; pages show PCA until ``ready``."""
-    import threading
     import time
 
     status = {"ready": False, "error": None}
@@ -43,7 +42,7 @@ def umap_warmup() -> dict:
         except Exception as e:  # noqa: BLE001 - shown on the page; PCA keeps working
             status["error"] = f"{type(e).__name__}: {e}"
 
-    threading.Thread(target=work, name="dpviz-umap-warmup", daemon=True).start()
+    job_manager().task_threads.submit(work)  # a task thread: never in front of a run's analyses
     return status
 
 
@@ -55,16 +54,25 @@ def worker_processes() -> list:
 
 @st.cache_resource(show_spinner=False)
 def task(name: str) -> dict:
-    """This server's one background task called ``name`` (the scorecard, an audit, an audit sweep): its thread,
-    progress (``done`` of ``total``, ``label``), ``result``, ``error`` and cancel event. It outlives reruns."""
+    """This server's one background task called ``name`` (the scorecard, an audit, an audit sweep): its future
+    (`dpviz.jobs.JobManager.run_task`), progress (``done`` of ``total``, ``label``), ``result``, ``error``
+    and cancel event. It outlives reruns."""
     import threading
 
-    return {"thread": None, "done": 0, "total": 0, "label": None, "result": None, "error": None,
+    return {"future": None, "done": 0, "total": 0, "label": None, "result": None, "error": None,
             "cancel": threading.Event()}
 
 
 def running(t: dict) -> bool:
-    return t["thread"] is not None and t["thread"].is_alive()
+    return t["future"] is not None and not t["future"].done()
+
+
+def wait(t: dict, timeout: float) -> None:
+    """Wait up to ``timeout`` s for task ``t`` to end."""
+    from concurrent.futures import wait as wait_for
+
+    if t["future"] is not None:
+        wait_for([t["future"]], timeout)
 
 
 STARTED: set[str] = set()  # the names of the tasks this server started (`task` is cached per name)
@@ -78,13 +86,11 @@ def running_tasks() -> list[tuple[str, dict]]:
 
 
 def start_task(name: str, work) -> None:
-    """Run ``work(progress, cancel)`` in a background thread unless task ``name`` is already running.
+    """Run ``work(progress, cancel)`` in the background unless task ``name`` is already running.
 
     ``progress(done, total, label)`` updates the task; what ``work`` returns becomes its ``result``.
     Work that stores what it finishes (runs, audits) resumes from the store when started again.
     """
-    import threading
-
     t = task(name)
     if running(t):
         return
@@ -97,13 +103,13 @@ def start_task(name: str, work) -> None:
         if done and (t["clock"] is None or done < t["clock"][0]):  # the pace from the first unit on (a new
             t["clock"] = (done, time.time())  # phase counting from 0 again starts a new measurement)
 
-    def main():
+    def main(progress_, cancel):
         try:
-            t["result"] = work(progress, t["cancel"])
+            t["result"] = work(progress_, cancel)
         except Exception as e:  # noqa: BLE001 - shown on the page
             from dpviz.errors import DpvizError  # a user's error is its own sentence, not a class name
 
             t["error"] = str(e) if isinstance(e, DpvizError) else f"{type(e).__name__}: {e}"
 
-    t["thread"] = threading.Thread(target=main, name=f"dpviz-{name}", daemon=True)
-    t["thread"].start()
+    # on the job manager's task threads: the task and the runs training share the cores by one rule
+    t["future"] = job_manager().run_task(name, main, on_progress=progress, cancel=t["cancel"]).future

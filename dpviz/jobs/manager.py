@@ -9,6 +9,11 @@ alone trains on every core, two at once on half each, and a job takes its new sh
 another starts or ends. Threads, not the pool's processes: a
 job's progress, phase and cancel event are fields the server's pages read and set, in its memory; a run
 over several processes is a torchrun child (`processes`, through the pool's one torchrun launcher).
+A page's own background work (an audit, a sweep of audits, the scorecard, a private search, the theory
+overlay) runs the same way (`run_task`): on the manager's task threads, counted among the work that shares
+the cores. So every piece of work a server runs takes one of two carriers of one design (`dpviz.runtime`):
+these threads, where a page reads the progress in memory, and the worker pool's processes, where many runs
+train from one queue (sweeps, searches, the scorecard's runs).
 With ``analyses=True`` every new checkpoint's background analyses are queued beside the training
 (`queue_analyses`): feature analyses in one thread, curvature in another, so neither delays
 training or the other; a failed analysis is stored as a run event and never fails the run.
@@ -39,6 +44,8 @@ from dpviz.store import Store
 
 
 STOP_WAIT_S = 5.0  # how long a stopping process waits for its runs to reach a step boundary
+TASK_THREADS = 5  # a server's page tasks at once: an audit, a sweep of audits, the scorecard, a private search
+#                   and the theory overlay (a sixth waits for one to end)
 
 
 @dataclass
@@ -83,6 +90,23 @@ class Job:
         """Block until the job ends; return its summary (re-raising its error)."""
         self.future.result(timeout)
         return self.summary
+
+
+@dataclass
+class Task:
+    """A page's background work (an audit, the scorecard, a private search…) on the job manager's threads.
+
+    ``done``, ``total`` and ``label`` are its progress; ``threads`` its share of the cores now (it counts among
+    the work training, as a job does); ``future`` carries its result or its error."""
+
+    name: str
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    done: int = 0
+    total: int = 0
+    label: str | None = None
+    threads: int = 0
+    threads_seen: set = field(default_factory=set, repr=False)
+    future: Future | None = field(default=None, repr=False)
 
 
 class _Searching:
@@ -138,7 +162,9 @@ class JobManager:
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
         self.analysis_pool = DaemonPool(1, "dpviz-analysis")
         self.curvature_pool = DaemonPool(1, "dpviz-curvature")
+        self.task_threads = DaemonPool(TASK_THREADS, "dpviz-task")  # the pages' tasks (`run_task`)
         self.jobs: dict[int, Job] = {}
+        self.tasks: list[Task] = []
         self._ids = itertools.count(1)
         # when the process ends (a server stopped by SIGTERM or Ctrl-C: its main thread returns), before
         # Python joins threads: runs in flight are stored interrupted, resumable, within seconds
@@ -228,7 +254,32 @@ class JobManager:
             with self._lock:
                 self._training -= 1
 
-    def _share_cores(self, job: Job) -> None:
+    def run_task(self, name: str, work, *, on_progress=None, cancel: threading.Event | None = None) -> Task:
+        """Run a page's ``work(progress, cancel)`` on this manager's task threads, as a job runs: it counts among
+        the work training now, so it and the jobs share the cores by one rule (`_share_cores`), and it takes
+        its share again at every ``progress(done, total, label)`` it reports (``on_progress`` hears each)."""
+        task = Task(name, cancel=cancel or threading.Event())
+        self.tasks.append(task)
+        task.future = self.task_threads.submit(self._task, task, work, on_progress)
+        return task
+
+    def _task(self, task: Task, work, on_progress):
+        def progress(done, total, label=None):
+            self._share_cores(task)
+            task.done, task.total, task.label = done, total, label
+            if on_progress is not None:
+                on_progress(done, total, label)
+
+        with self._lock:
+            self._training += 1
+        try:
+            self._share_cores(task)
+            return work(progress, task.cancel)
+        finally:
+            with self._lock:
+                self._training -= 1
+
+    def _share_cores(self, job: Job | Task) -> None:
         """Give ``job``'s thread its share of the cores, cores ÷ the jobs training now: every core alone, half
         each for two. Called in the job's own thread at its start and at every step or pass it reports:
         torch's CPU thread count is a setting of the calling thread (OpenMP's), so each job sets its own."""
@@ -346,8 +397,11 @@ class JobManager:
         if cancel:
             for j in self.active():
                 j.cancel()
+            for t in self.tasks:
+                t.cancel.set()
         self.job_threads.shutdown(wait=True)  # cancelled runs stop at their next step
         # queued analyses are dropped when cancelling (pages recompute a missing one on demand); the one
         # running finishes, so no cache entry is half written
         self.analysis_pool.shutdown(wait=True, cancel_futures=cancel)
         self.curvature_pool.shutdown(wait=True, cancel_futures=cancel)
+        self.task_threads.shutdown(wait=False, cancel_futures=cancel)
