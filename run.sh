@@ -2,9 +2,13 @@
 # dpviz developer entry point. Every target first makes sure .venv is set up
 # (idempotent: pip runs only when requirements.txt, requirements-reference.txt or pyproject.toml changed).
 #   bash run.sh app     start the dashboard on the embedded default
-#   bash run.sh test    run the whole test suite (slow and browser tests included), on 2 pytest-xdist
-#                       workers (tests/conftest.py groups the tests); -n N, --dist …, -p no:xdist or --pdb
-#                       on the command line choose instead
+#   bash run.sh test    run the whole test suite in two pytest runs, one after the other: the fast tier
+#                       (-m "not slow and not browser and not subprocess and not real") and, only if it
+#                       passes, the rest (-m "slow or browser or subprocess or real"); the exit status is
+#                       non-zero if either fails. Each run is on 2 pytest-xdist workers (tests/conftest.py
+#                       groups the tests).
+#   bash run.sh test ARGS…  one pytest run with ARGS (-m, -k, files, …), on 2 workers unless -n N,
+#                       --dist …, -p no:xdist or --pdb choose instead
 #   bash run.sh docs    serve the documentation site on http://127.0.0.1:8000 (mkdocs serve)
 #   bash run.sh setup   only set up .venv
 set -euo pipefail
@@ -44,9 +48,27 @@ xdist_args() {
   return 0
 }
 
+# The tiers: markers that pytest.ini declares and the tests under tests/ carry.
+FAST_TIER="not slow and not browser and not subprocess and not real"
+REST_TIER="slow or browser or subprocess or real"
+
+# `test`: with arguments, one pytest run with them; without, the fast tier, then the rest if it passed.
+# pytest's exit status 5 (no test selected) passes a tier.
+run_tests() {
+  if [ "$#" -gt 0 ]; then
+    exec .venv/bin/python -m pytest $(xdist_args "$@") "$@"
+  fi
+  local tier rc
+  for tier in "$FAST_TIER" "$REST_TIER"; do
+    rc=0
+    .venv/bin/python -m pytest $(xdist_args) -m "$tier" || rc=$?
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ] || return "$rc"
+  done
+}
+
 case "${1:-test}" in
   setup) setup ;;
-  test) setup; shift || true; exec .venv/bin/python -m pytest $(xdist_args "$@") "$@" ;;
+  test) setup; shift || true; run_tests "$@" ;;
   app) setup; exec .venv/bin/python -m streamlit run app.py ;;
   docs) setup; shift || true; exec .venv/bin/python -m mkdocs serve "$@" ;;
   *) echo "usage: bash run.sh [app|test|docs|setup]" >&2; exit 2 ;;

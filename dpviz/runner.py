@@ -27,10 +27,10 @@ def training_modules():
 
 def preview(cfg: RunConfig) -> dict:
     """What ``cfg`` implies before launch (σ, q, each phase's steps), checked as a run would check it but with
-    nothing trained: `dpviz.training.calibration.preview`, for the forms and the command line (torch is not
-    imported: the form shows it as the user edits)."""
-    with IMPORTS:
-        from dpviz.training import calibration
+    nothing trained: `dpviz.training.calibration.preview`, for the forms and the command line. Neither torch
+    nor `IMPORTS` is taken: the form shows it as the user edits, never behind a run's first import of torch."""
+    from dpviz.training import calibration
+
     return calibration.preview(cfg)
 
 

@@ -124,6 +124,7 @@ def test_dataclasses_carrying_sigma_q_c_or_b_are_keyword_only(path):
         cls(*range(len(dataclasses.fields(cls))))
 
 
+@pytest.mark.subprocess
 def test_accounting_runs_opacus_own_accountants_without_importing_the_rest_of_opacus():
     """In a fresh process: ε from dpviz (Opacus's accountant files, loaded without its package __init__)
     equals ε from ``opacus.accountants`` imported as usual afterwards, which still works in full."""
@@ -148,6 +149,7 @@ print("ok", ours["prv"])
     assert out.stdout.startswith("ok")
 
 
+@pytest.mark.subprocess
 def test_an_opacus_whose_accountant_files_cannot_be_loaded_alone_is_imported_as_usual():
     """Should a later Opacus's accountants import more than the loader provides, accounting still works,
     through ``import opacus.accountants`` (simulated: the files' folder cannot be found)."""
@@ -166,6 +168,7 @@ print("ok", e)
     assert out.stdout.startswith("ok")
 
 
+@pytest.mark.subprocess  # the accounting child (`dpviz.training.ahead`)
 def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedule():
     """`dpviz.training.ahead` (σ and the ε curve in a second process while a command imports torch) must
     give exactly what the run would compute itself, and nothing for a schedule it did not compute."""
@@ -183,6 +186,7 @@ def test_accounting_ahead_gives_the_parents_sigma_and_curve_only_for_its_schedul
     assert ahead.start(cfg.replace(dataset="mnist", data_dir="/nowhere")) is None  # n known only by loading
 
 
+@pytest.mark.subprocess
 def test_the_preview_of_dpvizs_own_tasks_and_the_dashboards_modules_import_no_torch():
     """The dashboard's first page previews σ as the user edits: for dpviz's own datasets and backbones
     that must not cost torch's import (≈ 2 s of the first page)."""
@@ -254,6 +258,7 @@ def test_the_configs_accountants_are_the_ones_accounting_composes():
         RunConfig(accountant="nope")
 
 
+@pytest.mark.subprocess
 def test_a_default_run_never_imports_opacus_itself_and_the_hooks_path_still_does(tmp_path):
     """The default run (book-keeping, dpviz's accountants) loads none of Opacus's package: its privacy engine,
     grad samplers and optimizers cost ≈ 2 s of every run's start. Two threads starting runs at once import

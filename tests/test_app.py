@@ -86,6 +86,7 @@ def test_form_shows_exactly_the_strategys_fields(strategy, app_env):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess  # over 2 processes (torchrun) on a machine of more than one core
 def test_launch_from_form_creates_a_run(app_env):
     """The form's run, here over 2 local processes (the "processes" field a multi-core machine shows) and
     keeping only its final model: one stored run whose table row says so, within its budget."""
@@ -348,7 +349,7 @@ def test_audit_page_audits_and_sweeps_in_the_background_and_rejects_a_bad_sweep(
     at = open_page("pages/audit.py")
     at.number_input(key="au_m").set_value(100).run()
     at.button(key="au_go").click().run()
-    state.task("audit")["thread"].join(120)
+    state.wait(state.task("audit"), 120)
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.exception or at.error]
     shown = {m.label: m.value for m in at.metric}
@@ -361,7 +362,7 @@ def test_audit_page_audits_and_sweeps_in_the_background_and_rejects_a_bad_sweep(
     at.multiselect(key="au_sw_strategies").set_value(["lp"]).run()
     at.multiselect(key="au_sw_eps").set_value([1.0]).run()
     at.button(key="au_sw_go").click().run()
-    state.task("audit-sweep")["thread"].join(120)
+    state.wait(state.task("audit-sweep"), 120)
     at.run()
     assert not at.exception and not at.error
     table = at.dataframe[-1].value
@@ -666,7 +667,7 @@ def test_a_running_private_search_counts_as_active_and_its_page_says_so(app_env)
         assert not any("No search yet" in i.value for i in at.info)
     finally:
         release.set()
-        state.task("private-search")["thread"].join(5)
+        state.wait(state.task("private-search"), 5)
 
 
 def test_the_server_runs_no_full_garbage_collection_after_each_script_run():

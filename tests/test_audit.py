@@ -152,6 +152,7 @@ def test_a_sweep_resumes_from_the_store_draws_the_diagonal_and_fills_the_run_tab
         sweep.plan(base, strategies=["lp"], epsilons=[1.0], threats=["grey-box"])
 
 
+@pytest.mark.subprocess
 def test_the_command_line_audits_sweeps_and_rejects_bad_input_with_exit_2(cli_env):
     import json
     import subprocess

@@ -127,6 +127,7 @@ def test_the_real_grid_warns_where_dp_fft_reaches_the_top_of_its_range():
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_run_says_a_shipped_edge_on_stderr_and_in_its_json(cli_env):
     out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "fft", "--epsilon", "20", "--json",
                           "--quiet"], env=cli_env, capture_output=True, text=True, timeout=600)
@@ -212,6 +213,7 @@ def test_auto_dp_fft_at_eps_8_beats_the_fixed_eps_1_defaults(cache_dir):
     assert shown["auto"]["resolved"]["lr_ft"] == auto["config"]["lr_ft"]  # `show --json` keeps where it came from
 
 
+@pytest.mark.subprocess
 def test_run_json_records_auto_and_the_resolution(cli_env):
     out = subprocess.run([sys.executable, "-m", "dpviz", "run", "--strategy", "lp", "--epsilon", "2", "--json",
                           "--quiet"], env=cli_env, capture_output=True, text=True, timeout=600)

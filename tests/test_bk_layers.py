@@ -212,6 +212,7 @@ def _efficientnet_lite0():
     return net
 
 
+@pytest.mark.real
 def test_efficientnet_lite0_matches_loop_with_frozen_batchnorm():
     torch.manual_seed(4)
     net = _efficientnet_lite0().double().train()

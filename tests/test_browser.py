@@ -10,7 +10,7 @@ from PIL import Image
 from browser_util import browser, need_chromium, server, slide
 from dpviz.store import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.subprocess]  # Chromium and dashboard servers
 
 
 def plot_points(page, index: int, yaxis: str = "y") -> int:

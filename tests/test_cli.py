@@ -41,6 +41,7 @@ def db_snapshot(cache_dir):
         return [c.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("runs", "metrics", "events")]
 
 
+@pytest.mark.subprocess
 def test_background_analyses_wait_while_a_run_trains(cli_env, cache_dir, fast_cfg):
     """`analyze all --when-idle` (what a run's detached analyses run) computes nothing while a run of the
     store holds the training lock, then everything once it is released."""
@@ -67,6 +68,7 @@ def test_background_analyses_wait_while_a_run_trains(cli_env, cache_dir, fast_cf
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_run_json_list_show_delete(cli_env, cache_dir):
     cli_env = {**cli_env, "DPVIZ_BACKGROUND_ANALYSES": "on"}
     r = dpviz(["run", "--strategy", "lp-fft", "--epsilon", "1", "--lp-fraction", "0.3", "--json", *FAST], cli_env)
@@ -101,6 +103,7 @@ def test_run_json_list_show_delete(cli_env, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_config_file_and_flags_override(cli_env, tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('strategy = "lp"\nepsilon = 4.0\nepochs = 1\nseed = 5\n')
@@ -142,6 +145,7 @@ def seeded(tmp_path_factory, backbone_cache):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags,field", BAD, ids=[f for _, f in BAD])
+@pytest.mark.subprocess
 def test_bad_input_one_line_exit_2_store_untouched(flags, field, seeded, tmp_path):
     cache_dir, cli_env = seeded
     before = db_snapshot(cache_dir)
@@ -156,6 +160,7 @@ def test_bad_input_one_line_exit_2_store_untouched(flags, field, seeded, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_killed_run_is_marked_interrupted_and_store_survives(cli_env, cache_dir):
     ok = dpviz(["run", "--strategy", "lp", "--epochs", "1", "--json", "--quiet"], cli_env)
     first = json.loads(ok.stdout)["run_id"]
@@ -184,6 +189,7 @@ def test_killed_run_is_marked_interrupted_and_store_survives(cli_env, cache_dir)
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_accountants_json_and_bad_input(cli_env):
     from opacus.accountants.utils import get_noise_multiplier
 

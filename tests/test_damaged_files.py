@@ -103,6 +103,7 @@ def test_a_foreign_file_at_a_feature_checkpoint_is_one_line_naming_it(stored, tm
         assert snapshot(cache_dir) == before and not (tmp_path / "f.npz").exists()
 
 
+@pytest.mark.subprocess  # the accounting child (`dpviz.training.ahead`)
 def test_a_damaged_cached_backbone_gives_way_to_the_shipped_one(stored, tmp_path, capsys):
     """Random bytes in the store's copy of the default backbone (which comes before the shipped one):
     `run` trains from the shipped copy, removes the damaged one and says so in one line."""
@@ -138,6 +139,7 @@ def test_an_emptied_database_beside_run_folders_is_one_line(stored, tmp_path, ca
     assert (cache_dir / "runs.sqlite").stat().st_size == 0 and sorted(os.listdir(cache_dir)) == listed
 
 
+@pytest.mark.subprocess  # chattr
 def test_an_immutable_store_folder_is_called_read_only_not_damaged(stored, tmp_path, capsys):
     cache_dir, run_id = copied(stored, tmp_path)
     with sqlite3.connect(cache_dir / "runs.sqlite") as c:  # fold the WAL in, then remove its files, which the
@@ -153,6 +155,7 @@ def test_an_immutable_store_folder_is_called_read_only_not_damaged(stored, tmp_p
         subprocess.run(["chattr", "-i", str(cache_dir)], check=True)
 
 
+@pytest.mark.subprocess  # its `dpviz run` starts dpviz.training.ahead's accounting child
 def test_a_damaged_optuna_journal_is_one_line_naming_it(stored, tmp_path, capsys):
     """A cut or garbled journal: sweep, worker, tune and a run whose "auto" rates would read it each say
     which file and what to do, and change nothing; a run with explicit rates does not read it and runs."""

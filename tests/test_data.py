@@ -96,6 +96,7 @@ def test_synthetic_is_linearly_separable_with_margin():
 
 
 @pytest.mark.slow
+@pytest.mark.real  # the tasks' table reaches real-vision's EfficientNet-Lite0 weights
 def test_the_static_task_table_is_what_loading_gives(tmp_path, monkeypatch):
     """The catalogue sizes previews and early accounting without torch: every fixed shape and block count
     must be what loading the dataset and building the backbone give (a drift would calibrate σ for the

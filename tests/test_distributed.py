@@ -18,6 +18,8 @@ from torch import nn
 from dpviz.privacy import dpsgd
 from dpviz.store import Store
 
+pytestmark = pytest.mark.subprocess  # torchrun and mp.spawn's ranks
+
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 FLAGS = ["--strategy", "lp-fft", "--epochs", "2", "--lr-lp", "0.5", "--lr-ft", "0.05", "--eval-subset", "40"]
 

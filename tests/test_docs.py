@@ -93,6 +93,7 @@ def test_every_runconfig_field_is_in_the_config_reference(site):
     assert not config_missing(page)
 
 
+@pytest.mark.subprocess
 def test_every_dataset_backbone_strategy_and_task_is_in_the_catalogue(site):
     """Read in a fresh process, as the build reads them: this one may hold other tests' plugin entries."""
     code = ("import json; from dpviz import catalog, strategies, tasks; "
@@ -186,6 +187,7 @@ def run_block(lang: str, src: str, cache: Path) -> subprocess.CompletedProcess:
                           text=True)
 
 
+@pytest.mark.subprocess
 def test_the_runnable_blocks_of_the_guides_run(tmp_path):
     blocks = runnable_blocks()
     assert {lang for _, lang, _ in blocks} == {"python", "bash"}
@@ -196,6 +198,7 @@ def test_the_runnable_blocks_of_the_guides_run(tmp_path):
         assert out.returncode == 0, f"{page}: a {lang} block failed:\n{src}\n{out.stderr[-2000:]}"
 
 
+@pytest.mark.subprocess
 def test_a_broken_runnable_block_fails(tmp_path):
     cache = tmp_path / "cache"
     assert run_block("bash", "dpviz run --epsilon -1 --json\n", cache).returncode == 2

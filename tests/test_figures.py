@@ -273,6 +273,7 @@ def _pdf_title(pdf: bytes) -> str:
     return raw[2:].decode("utf-16-be")
 
 
+@pytest.mark.browser
 def test_exports_png_at_2x_vector_titles_and_a_caption_naming_every_run():
     from browser_util import need_chromium
 
@@ -294,6 +295,7 @@ def test_exports_png_at_2x_vector_titles_and_a_caption_naming_every_run():
     assert all(line.replace("ε=∞", "ε=∞") in svg for line in caption.split("\n")[1:])  # every run, in full
 
 
+@pytest.mark.browser
 def test_a_long_caption_wraps_to_the_exports_width_instead_of_being_cut():
     """The Theory lab's one-line caption (≈ 220 characters) was cut at the PNG's right edge."""
     import re as _re

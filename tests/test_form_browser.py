@@ -65,16 +65,19 @@ def settled(page) -> None:
     page.wait_for_function(SETTLED, timeout=120000)
 
 
+LAUNCHED: list[str] = []  # the runs this test's launches stored (`launched_run`); checked again at its end
+
+
 def launched_run(cache_dir, before: set, timeout: float = 240) -> dict:
-    """The one run stored since ``before`` (run ids), counted once that run has trained a step or ended: a
-    second launch of the same click would have been stored by then (its row comes before its first step)."""
+    """The one run stored since ``before`` (run ids), once that run has trained a step or ended. A second run
+    of the same click fails here if it is there by then, and fails the test's end otherwise (`page`'s
+    teardown: the runs stored during the test are exactly those its launches returned), however late."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         new = [r for r in Store(cache_dir).list_runs() if r["run_id"] not in before]
         if new and ((new[0]["step"] or 0) >= 1 or new[0]["status"] not in ("queued", "running")):
-            time.sleep(0.5)
-            new = [r for r in Store(cache_dir).list_runs() if r["run_id"] not in before]
             assert len(new) == 1, f"one click stored {len(new)} runs"
+            LAUNCHED.append(new[0]["run_id"])
             return new[0]
         time.sleep(0.3)
     raise AssertionError("no run was stored after Launch, or it never trained a step")
@@ -140,8 +143,13 @@ def page(app):
     p.goto(app.url, timeout=60000)
     p.get_by_text("Launch run").wait_for(timeout=120000)
     settled(p)
+    before = {r["run_id"] for r in Store(app.cache).list_runs()}
+    LAUNCHED.clear()
     yield p, app.cache, app.url
     ctx.close()
+    # one click, one run, until the very end of the test: no run stored but those its launches returned
+    stored = sorted(r["run_id"] for r in Store(app.cache).list_runs() if r["run_id"] not in before)
+    assert stored == sorted(LAUNCHED), f"runs stored during the test: {stored}; launched: {LAUNCHED}"
     # Each test asserts what its launch stored, not how the run ends: a run still training is stopped with its
     # server, so that the next test's run starts at once (a real-text run's first step alone takes half a minute).
     if any(r["status"] == "running" for r in Store(app.cache).list_runs()):
@@ -156,6 +164,7 @@ def launch(page, cache) -> tuple[dict, set]:
     return form, before
 
 
+@pytest.mark.real
 def test_a_task_then_a_strategy_launches_the_task_with_that_strategy(page):
     """The task button sets every field it implies and the browser shows them; a strategy chosen after it
     keeps them (it used to revert the form to the digits, while the info box showed the tweets)."""
@@ -176,6 +185,7 @@ def test_a_task_then_a_strategy_launches_the_task_with_that_strategy(page):
         ("lp", "tweets", "minilm", 48, 2)
 
 
+@pytest.mark.real
 def test_a_strategy_then_a_task_keeps_the_strategy(page):
     """A task sets the task's fields and leaves the chosen strategy alone (it used to reset it to lp-fft while
     the form went on showing lp)."""

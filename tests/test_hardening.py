@@ -232,6 +232,7 @@ def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
     assert code == 0 and len(out.strip().splitlines()) == 4 and err == ""  # rdp, gdp, prv, pld
 
 
+@pytest.mark.subprocess
 def test_the_accounting_child_is_bounded_and_refuses_nothing_the_parent_would_run():
     """A refused schedule starts no child; an accepted one is accounted under the memory bound."""
     from dpviz.training import ahead
@@ -269,6 +270,7 @@ def test_an_audit_key_changes_with_the_mechanisms_code(tmp_path):
         audit_run.mechanism_hash = original
 
 
+@pytest.mark.browser  # kaleido's Chromium draws the SVG
 def test_an_export_caption_is_plain_text_in_every_format():
     """Markup in a caption (a link, inline CSS) is escaped: no live link or style reaches the SVG or HTML."""
     import xml.etree.ElementTree as ET

@@ -187,6 +187,7 @@ def test_a_bad_input_file_is_one_line_and_changes_nothing(case, tmp_path, capsys
     assert listing(tmp_path) == before  # no store, no tokens/*.npz, nothing else
 
 
+@pytest.mark.real
 def test_the_limits_refuse_no_real_folder(tmp_path):
     """MiniLM's own folder (a real config and a whole 90 MB safetensors file) and a tiny BERT pass; the
     limits named in the errors are the ones in force."""
@@ -202,6 +203,7 @@ def test_the_limits_refuse_no_real_folder(tmp_path):
     assert MAX_CLASSES == 1000 and MIN_TRAIN_TEXTS == 3 and MAX_IMAGE_PIXELS == 2**26
 
 
+@pytest.mark.real
 def test_a_text_folder_of_links_to_regular_files_is_read(tmp_path, monkeypatch):
     """Links are followed: a folder assembled from links to real text files loads."""
     from dpviz.config import RunConfig

@@ -46,6 +46,7 @@ def listing(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+@pytest.mark.subprocess
 def test_a_plugin_raising_at_import_is_one_line_naming_it(tmp_path, cli_env):
     name = plugin(tmp_path, "raising_plugin", """
         raise RuntimeError("the plugin's own bug\\nsecond line")
@@ -54,6 +55,7 @@ def test_a_plugin_raising_at_import_is_one_line_naming_it(tmp_path, cli_env):
     assert "RuntimeError" in one_line(out, name, "own bug") and "Traceback" not in out.stderr
 
 
+@pytest.mark.subprocess
 def test_a_plugin_calling_sys_exit_does_not_end_the_command(tmp_path, cli_env, cache_dir):
     name = plugin(tmp_path, "exiting_plugin", "import sys\nsys.exit(0)\n")
     before = listing(cache_dir)
@@ -62,6 +64,7 @@ def test_a_plugin_calling_sys_exit_does_not_end_the_command(tmp_path, cli_env, c
     assert listing(cache_dir) == before
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_during_a_plugins_import_still_interrupts(tmp_path, cli_env):
     name = plugin(tmp_path, "interrupted_plugin", "raise KeyboardInterrupt\n")
     out = dpviz_with(tmp_path, cli_env, name, "list")
@@ -69,6 +72,7 @@ def test_ctrl_c_during_a_plugins_import_still_interrupts(tmp_path, cli_env):
 
 
 @pytest.mark.parametrize("kind,entry", [("dataset", "digits"), ("backbone", "cnn")])
+@pytest.mark.subprocess
 def test_a_plugin_may_not_replace_a_built_in_entry(tmp_path, cli_env, kind, entry):
     cls = "Dataset(name='digits', label='mine', source='shipped', loader='x:y')" if kind == "dataset" else \
         "Backbone(name='cnn', label='mine', source='package', builder='x:y')"
@@ -79,6 +83,7 @@ def test_a_plugin_may_not_replace_a_built_in_entry(tmp_path, cli_env, kind, entr
     one_line(dpviz_with(tmp_path, cli_env, name, "list"), name, f"'{entry}'", f"built-in {kind}")
 
 
+@pytest.mark.subprocess
 def test_a_strategy_plugin_may_not_replace_a_built_in_strategy(tmp_path, cli_env):
     name = plugin(tmp_path, "replacing_strategy", """
         from dpviz import strategies
@@ -95,6 +100,7 @@ def test_a_strategy_plugin_may_not_replace_a_built_in_strategy(tmp_path, cli_env
 
 
 @pytest.mark.parametrize("body", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n"], ids=["loop", "sleep"])
+@pytest.mark.subprocess
 def test_a_hanging_plugin_is_stopped_at_the_time_limit(tmp_path, cli_env, body):
     name = plugin(tmp_path, "hanging_plugin", body)
     t0 = time.monotonic()
@@ -122,6 +128,7 @@ def test_the_time_limit_holds_in_a_thread_other_than_the_main_one(tmp_path, monk
     assert not t.is_alive() and caught and name in caught[0] and "within 1 s" in caught[0]
 
 
+@pytest.mark.subprocess
 def test_a_bad_time_limit_is_one_line_naming_its_variable(tmp_path, cli_env):
     name = plugin(tmp_path, "fine_plugin", "")
     assert dpviz_with(tmp_path, cli_env, name, "list").returncode == 0  # the same plugin, under a good limit
@@ -150,6 +157,7 @@ def toy_plugins(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pytest.mark.subprocess
 def test_a_plugins_entry_hashes_with_the_plugins_module(toy_plugins, tmp_path, cli_env):
     builtin = RunConfig(dataset="digits")
     catalog.load_plugins("toy_plugin_a")
@@ -190,6 +198,7 @@ def test_a_refused_or_idle_command_creates_nothing_in_the_cache(argv, cache_dir,
     assert listing(cache_dir) == before
 
 
+@pytest.mark.subprocess  # its `dpviz run` starts dpviz.training.ahead's accounting child
 def test_a_run_keeping_only_its_final_model_is_analysed_at_its_last_step(cache_dir, capsys):
     from dpviz.analyses import service
     from dpviz.store import Store

@@ -136,6 +136,7 @@ def test_weights_whose_bases_form_a_cycle_are_refused_not_a_recursion_error(tmp_
         s.load_weights(rid, 4)
 
 
+@pytest.mark.subprocess
 def test_a_damaged_shared_tensor_names_the_runs_that_use_it_and_a_remedy_that_works(tmp_path, cli_env):
     s = Store(tmp_path / "store")
     rids = [_run(s, seed=0), _run(s, seed=0)]  # the same tensors: both runs use each file
@@ -154,6 +155,7 @@ def test_a_damaged_shared_tensor_names_the_runs_that_use_it_and_a_remedy_that_wo
     assert Store(s.root).list_runs() == [] and not path.exists()
 
 
+@pytest.mark.subprocess
 def test_force_while_the_configuration_trains_says_so_and_list_marks_both(cli_env, cache_dir):
     """--force trains beside a run that is training, never silently: one line says which run trains and that
     ε is spent again, and `list` marks each training of the configuration."""
@@ -197,6 +199,7 @@ def _killed_mid_run(env, cache_dir) -> tuple[str, int]:
     return runs[0]["run_id"], Store(cache_dir).load_resume(runs[0]["run_id"])["step"]  # read after the kill
 
 
+@pytest.mark.subprocess
 def test_a_plain_request_goes_on_with_an_interrupted_run_and_fresh_starts_over(cli_env, cache_dir):
     """A run killed at a snapshot, then the same command: that run goes on from its snapshot (one row, the
     same ε, one line on stderr), not a second run from step 0. --fresh trains a new run and says what it costs."""

@@ -63,6 +63,7 @@ def test_an_interrupted_manager_stores_its_run_interrupted_and_resumable(cache_d
     assert found is not None and found[0] == job.run_id and 0 < found[1]["step"] < run["total_steps"]
 
 
+@pytest.mark.subprocess
 def test_dpviz_sets_a_short_openmp_spin_unless_the_user_set_one():
     assert set_wait_policy({}) == SPIN
     env = {"GOMP_SPINCOUNT": "50"}
@@ -207,3 +208,37 @@ def test_a_job_alone_trains_on_every_core_and_two_at_once_share_them(cache_dir, 
     for job in (longer, shorter):  # half each while both trained
         assert pool.threads_per_worker(2) in job.threads_seen, job.threads_seen
     assert pool.threads_per_worker(1) in longer.threads_seen  # every core again once the other had finished
+
+
+def test_a_pages_task_shares_the_cores_with_the_jobs_by_the_one_rule(cache_dir, fast_cfg):
+    """A page's task (an audit, a private search…) runs on the manager's task threads and counts among the
+    work training: alone it has every core, beside a training job half of them, and the job half too."""
+    import threading
+
+    import torch
+
+    from dpviz.runtime import pool
+
+    jm = JobManager(cache_dir, max_workers=2, analyses=False)
+    release, seen = threading.Event(), []
+
+    def work(progress, cancel):
+        progress(0, 1, "alone")
+        seen.append(torch.get_num_threads())
+        release.wait(120)
+        progress(1, 1, "beside a job")
+        seen.append(torch.get_num_threads())
+        return "done"
+
+    task = jm.run_task("audit", work)
+    while not seen:
+        time.sleep(0.05)
+    job = jm.submit(fast_cfg(seed=11, epochs=6))
+    while job.step < 2 and not job.done:
+        time.sleep(0.05)
+    release.set()
+    assert task.future.result(120) == "done"
+    job.wait(240)
+    assert seen == [pool.threads_per_worker(1), pool.threads_per_worker(2)]
+    assert pool.threads_per_worker(2) in job.threads_seen  # the job gave half to the task
+    jm.shutdown()

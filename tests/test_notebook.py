@@ -13,6 +13,8 @@ from dpviz.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.subprocess  # nbclient starts a Jupyter kernel
+
 
 def execute(name: str, tmp_path: Path, monkeypatch, **env) -> None:
     """Run a notebook top to bottom in a real kernel with ``env`` set."""
@@ -52,6 +54,7 @@ def test_curvature_and_sparse_notebook_executes(cache_dir, tmp_path, monkeypatch
 
 
 @pytest.mark.slow
+@pytest.mark.real
 def test_real_models_notebook_executes_on_a_tiny_real_text_task(cache_dir, tmp_path, monkeypatch):
     """MiniLM on 64 tweets of 16 tokens, fixed rates (no search): LP and LP-FFT stored, the utility curve and
     the law across the embeddings and 6 blocks exported, the law's caption marked as private statistics."""

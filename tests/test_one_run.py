@@ -30,6 +30,7 @@ def runs_of(cache_dir, cfg: RunConfig) -> list[dict]:
     return [r for r in Store(cache_dir).list_runs(kind=None) if r["config_hash"] == cfg.hash()]
 
 
+@pytest.mark.subprocess
 def test_two_processes_on_one_configuration_train_it_once(cache_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DPVIZ_BACKGROUND_ANALYSES": "off"}
     procs = [subprocess.Popen([sys.executable, "-m", "dpviz", "--cache-dir", str(cache_dir), *ARGV], env=env,
@@ -75,6 +76,7 @@ def test_two_resumes_at_once_resume_once(cache_dir):
     assert {s["run_id"] for s in out} == {run["run_id"]} and sorted(s["cached"] for s in out) == [False, True]
 
 
+@pytest.mark.subprocess  # its `dpviz run`s start dpviz.training.ahead's accounting child
 def test_force_says_that_it_spends_the_budget_again(cache_dir, capsys):
     args = ["--cache-dir", str(cache_dir), *ARGV[:-1], "--epochs", "1"]
     assert cli.main(args) == 0
@@ -123,6 +125,7 @@ def test_a_planted_link_is_not_read(cache_dir, tmp_path):
         store.load_resume(rid)
 
 
+@pytest.mark.subprocess
 def test_a_dashboard_job_waits_for_the_same_configuration_training_in_another_process(cache_dir):
     from dpviz.jobs import JobManager
     from dpviz.runner import training_modules

@@ -154,6 +154,7 @@ def test_a_pld_run_spends_at_most_its_budget(fast_cfg, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_table_and_the_cli_include_pld(cli_env):
     import pandas as pd
 
@@ -188,6 +189,7 @@ def test_the_table_and_the_cli_include_pld(cli_env):
       "--batch-sizes", "64", "--accountants", "pld", "moments"], "accountants"),
     (["run", "--accountant", "moments", "--quiet"], "accountant"),
 ], ids=["accountants", "run"])
+@pytest.mark.subprocess
 def test_an_unknown_accountant_is_one_line_exit_2(args, field, cli_env):
     r = subprocess.run([sys.executable, "-m", "dpviz", *args], env=cli_env, capture_output=True, text=True,
                        timeout=300)
@@ -217,6 +219,7 @@ def test_without_dp_accounting_pld_is_one_line_naming_the_package(monkeypatch):
     assert epsilon(phases=[phase("fft", 10, 2.0)], delta=1e-5, accountant="prv") > 0
 
 
+@pytest.mark.subprocess
 def test_dp_accounting_is_imported_only_when_pld_is_used():
     """dpviz's accounting, config, CLI parser and the dashboard's first-page modules never import
     dp_accounting (≈ 0.9 s) until a PLD ε is asked for, and PLD brings no torch with it."""

@@ -48,6 +48,7 @@ def record_threads(path: str) -> None:
     Path(path).write_text(f"{os.getpid()} {torch.get_num_threads()}")
 
 
+@pytest.mark.subprocess  # two spawned workers
 def test_pool_workers_take_each_item_once_with_their_share_of_the_cores(tmp_path):
     paths = [str(tmp_path / f"{i}.txt") for i in range(4)]
     heard = []

@@ -17,6 +17,8 @@ from dpviz.training import execute
 from dpviz.config import RunConfig
 from dpviz.training.loop import train
 
+pytestmark = pytest.mark.real  # MiniLM on the tweets, EfficientNet-Lite0 on Fashion-MNIST
+
 TEXT = dict(dataset="tweets", backbone="minilm", max_length=16, train_size=48, batch_size=16, epochs=1,
             eval_every=3, eval_subset=20, lr_lp=0.5, lr_ft=0.01, public_dataset="phrases-sentiment")
 VISION = dict(dataset="fashion-mnist", backbone="efficientnet_lite0", train_size=40, batch_size=16, epochs=1,
@@ -79,6 +81,7 @@ def test_efficientnet_trains_on_fashion_mnist(strategy, tmp_path):
     assert summary["epsilon_spent"] <= cfg.epsilon + 1e-9 and summary["n_train"] == 40
 
 
+@pytest.mark.subprocess
 def test_a_real_text_run_from_the_command_line_is_stored_with_its_texts_and_analysed(tmp_path):
     """The CLI's preset, overridden down to a tiny DP-FFT run; the checkpoint keeps the texts for the map's
     hover; what runs unattended leaves the curvature to be asked for, which then probes at most 32 texts."""
@@ -135,6 +138,7 @@ def test_auto_rates_for_a_real_text_task_are_searched_on_its_public_stand_in_onl
     assert {r["kind"] for r in runs} == {"search"}
 
 
+@pytest.mark.subprocess
 def test_previewing_a_real_task_imports_neither_torch_nor_transformers():
     """The run form's preview of a real task (σ, q, steps) reads the catalogue, not the model or the data."""
     import subprocess

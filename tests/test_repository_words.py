@@ -6,6 +6,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess  # git
+
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 200
 

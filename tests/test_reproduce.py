@@ -136,6 +136,7 @@ def test_a_claim_a_task_cannot_read_says_why_instead_of_a_verdict(monkeypatch, c
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_one_claim_end_to_end_from_the_cli_in_two_workers_and_resumed_from_the_store(cli_env, cache_dir):
     cmd = [sys.executable, "-m", "dpviz", "reproduce", "--claims", "003-selection", "--seeds", "2", "--json"]
     out = subprocess.run(cmd + ["--workers", "2"], env=cli_env, capture_output=True, text=True, timeout=600)
@@ -162,6 +163,8 @@ TINY_TEXT = {"train_size": 64, "max_length": 16, "batch_size": 32, "eval_subset"
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.real  # its child trains the real-text task
 def test_the_law_claim_end_to_end_on_the_real_text_task_from_the_cli(cli_env, cache_dir):
     """002-law on MiniLM over tweets, tiny (64 tweets of 16 tokens, a fixed rate: no search): the law read over
     the embeddings and the 6 blocks, stored, and read back as the page reads it."""
@@ -227,6 +230,7 @@ def test_a_pass_cut_into_pieces_resumes_its_stopped_run_from_the_checkpoint(cach
     assert any(e["kind"] == "phase" and "from step" in (e["message"] or "") for e in store.events(cut["run_id"]))
 
 
+@pytest.mark.subprocess
 def test_stop_after_stops_a_pass_and_the_cli_says_how_to_go_on(cli_env):
     cmd = [sys.executable, "-m", "dpviz", "reproduce", "--claims", "000-lpfft", "--seeds", "1", "--stop-after",
            "0.0001", "--json"]

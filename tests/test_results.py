@@ -245,6 +245,7 @@ def test_embedding_table_flattens_frames():
     assert t.values.tolist() == [[3, 0.0, 1.0, 1], [3, 2.0, 3.0, 0], [6, 4.0, 5.0, 2]]
 
 
+@pytest.mark.subprocess
 def test_the_results_package_imports_no_streamlit_plotly_or_torch():
     """`dpviz.results` is plain tables: pages import it without paying for torch, and it never draws."""
     import ast

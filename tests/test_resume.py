@@ -52,6 +52,7 @@ def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy
     assert store.load_resume(rid) is None  # a finished run keeps no resume point
 
 
+@pytest.mark.subprocess
 def test_a_run_stopped_in_one_process_resumes_on_two(cache_dir, tmp_path):
     """The world size may change on resume: sampling and noise are global (`dpviz.training.distributed`)."""
     cfg = RunConfig(strategy="fft", **CFG)

@@ -100,6 +100,8 @@ def test_the_public_glyphs_grow_to_a_larger_size_and_keep_their_first_images():
     assert torch.bincount(grown.y_train, minlength=10).min() > cfg.train_size // 20  # every class drawn
 
 
+@pytest.mark.subprocess
+@pytest.mark.real  # its child trains the real-vision task
 def test_a_claim_at_a_tiny_custom_size_from_the_command_line(cli_env, cache_dir):
     """002-law at --scale medium with a tiny training set (--set): the row is the size's, its runs checkpoint
     at the size's interval, its curves (log D_l over depth) are in the row; a bad size is one line, exit 2."""
@@ -170,6 +172,7 @@ def test_a_saturated_proxy_s_tie_goes_to_the_lower_loss_not_to_the_range_s_end()
     assert autotune.best_trial(same).number == 0
 
 
+@pytest.mark.subprocess
 def test_a_grid_build_with_workers_shares_its_searches_trials_and_trains_each_once(tmp_path, cli_env):
     """`build_auto_grid.py --workers 2`: the worker processes run one search's trials between them, each
     trial trained once, and the entry is read from the finished search as a one-process build writes it."""

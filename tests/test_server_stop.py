@@ -12,7 +12,7 @@ from browser_util import browser, need_chromium, server_process
 from dpviz.training import resume
 from dpviz.store import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.subprocess]  # Chromium and a dashboard server
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -160,6 +160,7 @@ def test_row_grouping_on_torchvision_and_timm_backbones(kind, tmp_path):
         assert torch.equal(w_old[frozen], w_new[frozen]) and not torch.equal(w_old[rows], w_new[rows])
 
 
+@pytest.mark.subprocess
 def test_cli_sparse_run_json_lists_the_selection_phase(cli_env):
     import subprocess
     import sys

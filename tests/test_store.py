@@ -65,6 +65,7 @@ s.finish_run(rid, "finished", summary={{"ok": True}})
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_processes_write_at_once(tmp_path):
     Store(tmp_path)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +77,7 @@ def test_processes_write_at_once(tmp_path):
     assert len(runs) == 4 and all(r["status"] == "finished" for r in runs)
 
 
+@pytest.mark.subprocess
 def test_dead_owner_is_marked_interrupted_and_others_kept(tmp_path):
     s = Store(tmp_path)
     done = s.create_run("1" * 16, "{}")
@@ -110,6 +112,7 @@ def test_delete_removes_rows_and_files_only_for_that_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_processes_opening_a_new_store_at_once(tmp_path):
     """Several processes creating the same store simultaneously: no 'database is locked'."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,6 +22,7 @@ def cli(env, *args):
                           timeout=600)
 
 
+@pytest.mark.subprocess
 def test_budget_sweep_end_to_end(cli_env, cache_dir):
     r = cli(cli_env, "sweep", "budget", "--epsilon", "1", "8", "--fractions", "0", "1", "--seeds", "0",
             "--epochs", "1", "--batch-size", "512", "--workers", "2", "--json")
@@ -56,6 +57,7 @@ def test_resume_runs_only_missing_points(cache_dir):
     assert len(sweeps.table(study)) == 3
 
 
+@pytest.mark.subprocess
 def test_two_worker_processes_split_trials_without_duplicates(cli_env, cache_dir):
     base = RunConfig(**BASE)
     space = sweeps.budget_grid(epsilons=["1", "4"], fractions=[0.0, 0.5, 1.0], seeds=[0])
@@ -70,6 +72,7 @@ def test_two_worker_processes_split_trials_without_duplicates(cli_env, cache_dir
     assert len(Store(cache_dir).list_runs()) == 6
 
 
+@pytest.mark.subprocess
 def test_tuning_finds_better_learning_rate_than_a_bad_start(cli_env, cache_dir):
     bad = RunConfig(strategy="fft", epsilon=1.0, epochs=2, lr_ft=3.0)
     import dpviz
@@ -86,6 +89,7 @@ def test_tuning_finds_better_learning_rate_than_a_bad_start(cli_env, cache_dir):
     assert all(row["epsilon_spent"] <= 1.0 for row in rows)
 
 
+@pytest.mark.subprocess
 def test_worker_stops_when_the_search_budget_is_spent(cli_env, cache_dir):
     base = RunConfig(strategy="lp", **BASE)
     study = sweeps.create_search(base, {"lr_lp": [0.01, 3.0]}, trials=3, cache_dir=cache_dir)
@@ -108,6 +112,7 @@ def postgres():
     server.stop()
 
 
+@pytest.mark.subprocess
 def test_two_workers_on_postgresql_split_a_study(postgres, cli_env, cache_dir):
     base = RunConfig(**BASE)
     space = sweeps.budget_grid(epsilons=["2"], fractions=[0.0, 0.25, 0.5, 1.0], seeds=[0])
@@ -129,6 +134,7 @@ def test_two_workers_on_postgresql_split_a_study(postgres, cli_env, cache_dir):
     assert all(r["epsilon_spent"] <= 2.0 for r in rows) and len(Store(cache_dir).list_runs()) == 4
 
 
+@pytest.mark.subprocess
 def test_tune_rejects_a_private_proxy(cli_env):
     r = cli(cli_env, "tune", "--lr-ft", "0.001", "1", "--proxy", "digits", "--json")
     assert r.returncode == 2 and "proxy" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -190,6 +196,7 @@ def relaunch(capsys, cache_dir):
     return json.loads(out.out)
 
 
+@pytest.mark.subprocess
 def test_a_point_taken_by_a_worker_killed_before_it_wrote_its_owner_runs_on_relaunch(cli_env, cache_dir, capsys):
     """The reported loss: killed between `ask` and its owner, a RUNNING trial with no owner was never run."""
     study, child = killed_sweep(cache_dir, cli_env, then="")
@@ -203,6 +210,7 @@ def test_a_point_taken_by_a_worker_killed_before_it_wrote_its_owner_runs_on_rela
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING))
 
 
+@pytest.mark.subprocess
 def test_a_point_whose_dead_owner_finished_its_run_is_answered_from_the_store(cli_env, cache_dir, capsys):
     """Killed after its run finished in the store but before telling the study: the relaunch re-runs the
     point, which the store answers by config hash; nothing trains twice."""
@@ -217,6 +225,7 @@ def test_a_point_whose_dead_owner_finished_its_run_is_answered_from_the_store(cl
     assert len(Store(cache_dir).list_runs()) == 3  # the dead worker's run reused, not retrained
 
 
+@pytest.mark.subprocess
 def test_an_ownerless_trial_is_left_alone_while_another_registered_worker_lives(cache_dir):
     """A live worker between `ask` and writing its owner looks like a dead one's trial; its registration
     tells them apart."""

@@ -76,6 +76,7 @@ def test_the_engine_overlay_trains_under_its_epsilon_close_to_its_diffusion():
         overlay(Setting(loss="squared"), strategy="fft")
 
 
+@pytest.mark.subprocess
 def test_the_command_line_gives_the_curves_and_rejects_bad_input(cli_env):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "dpviz", "theory", *args], env=cli_env, capture_output=True,

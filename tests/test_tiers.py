@@ -1,4 +1,5 @@
-"""The tiers a developer runs while working: every test is marked by what it starts (tests/conftest.py), so
+"""The tiers a developer runs while working: every test declares what it starts (its marks, or its fixtures'
+in tests/conftest.py; tests/tier_guard.py fails an undeclared start), so
 ``-m "not slow and not browser and not subprocess and not real"`` leaves out exactly those."""
 
 import subprocess
@@ -41,6 +42,7 @@ def suite_tiers(session) -> dict[str, set[str]]:
     return tiers
 
 
+@pytest.mark.subprocess  # a child pytest collects the suite where this run holds part of it
 def test_each_tier_holds_the_tests_that_start_what_it_names(request):
     tiers = suite_tiers(request.session)
     assert {"tests/test_form_browser.py", "tests/test_pages_browser.py", "tests/test_server_stop.py"} <= tiers["browser"]
@@ -61,3 +63,58 @@ def test_a_missing_package_fails_in_ci_and_is_skipped_elsewhere(monkeypatch):
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
         need("no_such_package_here")
+
+
+# Tests without their tier's mark, run by an inner pytest with tests/tier_guard.py: each fails in one line naming
+# the mark; the marked one and the standard library's probe pass. Nothing here starts a browser or reads a model.
+UNDECLARED = '''
+import ctypes.util
+import subprocess
+import threading
+
+import pytest
+
+import tier_guard
+
+
+def test_starts_a_process():
+    subprocess.run(["true"])
+
+
+def test_starts_a_process_in_a_thread():
+    t = threading.Thread(target=subprocess.run, args=(["true"],))
+    t.start()
+    t.join()
+
+
+def test_starts_a_browser():
+    subprocess.Popen(["/nonexistent/chromium", "--headless"])
+
+
+def test_reads_a_real_model(tmp_path, monkeypatch):
+    (tmp_path / "model.safetensors").write_bytes(b"0")
+    monkeypatch.setattr(tier_guard, "REAL", (str(tmp_path) + "/",))
+    open(tmp_path / "model.safetensors", "rb").close()
+
+
+@pytest.mark.subprocess
+def test_declares_its_process():
+    subprocess.run(["true"], check=True)
+
+
+def test_only_probes_the_system():
+    ctypes.util.find_library("c")  # runs ldconfig: nobody's process
+'''
+
+
+def test_a_test_without_its_tiers_mark_fails_in_one_line_naming_it(pytester):
+    pytester.makeini("[pytest]\nmarkers =\n    subprocess: x\n    browser: x\n    real: x\n")
+    pytester.makepyfile(test_undeclared=UNDECLARED)
+    result = pytester.runpytest_inprocess("-p", "tier_guard", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "test_undeclared.py::test_starts_a_process starts a process: mark it subprocess (true)",
+        "test_undeclared.py::test_starts_a_process_in_a_thread starts a process: mark it subprocess (true)",
+        "test_undeclared.py::test_starts_a_browser starts a browser: mark it browser (/nonexistent/chromium *)",
+        "test_undeclared.py::test_reads_a_real_model reads a packaged real model or corpus: mark it real (*/model.*)",
+    ])

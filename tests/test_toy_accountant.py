@@ -71,6 +71,7 @@ def test_the_toy_is_a_choice_of_the_run_form_and_of_the_accountants_page(toy, ap
     assert TOY.upper() in {t["name"] for t in fig["data"]}  # σ by batch size, calibrated by the toy too
 
 
+@pytest.mark.subprocess
 def test_the_toy_is_a_choice_of_the_cli(toy, cli_env):
     env = dict(cli_env, DPVIZ_PLUGINS="tests.test_toy_accountant")
     out = subprocess.run([sys.executable, "-m", "dpviz", "accountants", "--epsilon", "2", "--delta", "1e-5",

@@ -88,6 +88,7 @@ def test_the_toys_run_end_to_end_within_budget(toys, cache_dir):
     assert [p["name"] for p in s["phases"]] == ["lp", "fft"]
 
 
+@pytest.mark.subprocess
 def test_the_toys_are_choices_of_the_cli(toys, cli_env):
     env = dict(cli_env, DPVIZ_PLUGINS="test_toy_catalog", PYTHONPATH=f"{cli_env['PYTHONPATH']}:tests")
     argv = [sys.executable, "-m", "dpviz", "run", "--dataset", DATA, "--backbone", NET, "--epsilon", "2",
@@ -109,6 +110,7 @@ def test_the_toys_are_choices_of_the_run_form(toys, app_env):
     assert not at.error and "σ =" in at.info[0].value and "q = B/n = 0.200" in at.info[0].value
 
 
+@pytest.mark.subprocess
 def test_a_plugin_that_does_not_import_is_one_line_naming_the_variable(cli_env):
     for variable in ("DPVIZ_PLUGINS", "DPVIZ_STRATEGIES"):
         out = subprocess.run([sys.executable, "-m", "dpviz", "list"], env=dict(cli_env, **{variable: "no_such_plugin"}),

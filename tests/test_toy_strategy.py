@@ -69,6 +69,7 @@ def test_toy_is_a_choice_of_the_run_form(toy, app_env):
     assert {"f_lr_lp", "f_lr_ft"} <= keys and "f_tune_blocks" not in keys  # only its own fields
 
 
+@pytest.mark.subprocess
 def test_toy_is_a_choice_of_the_cli(toy, cli_env):
     env = dict(cli_env, DPVIZ_STRATEGIES="tests.test_toy_strategy")
     out = subprocess.run([sys.executable, "-m", "dpviz", "strategies", "--json"], env=env, capture_output=True,

@@ -23,7 +23,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     A strategy of your own may not take a built-in one's name: the runs stored under that name would
     answer from the cache for it."""
     held = REGISTRY.get(cls.name)
-    if held is not None and held.__module__.startswith(__name__ + ".") and cls.__module__ != held.__module__:
+    if held is not None and held.__module__.startswith(__package__ + ".") and cls.__module__ != held.__module__:
         raise ConfigError("strategy", f"a name of its own: {cls.__module__} may not replace dpviz's built-in "
                           "strategy", cls.name)
     REGISTRY[cls.name] = cls
