@@ -14,6 +14,7 @@ from dpviz.config import AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.privacy import accountants
 from dpviz.errors import DpvizError
 from dpviz.fields import KEEP_WEIGHTS
+from dpviz.privacy import MAX_BANDS, MECHANISMS
 
 NO_PRIVACY = "no privacy"
 EPS_CHOICES = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0,
@@ -262,6 +263,16 @@ def _training_widgets(strategy: str) -> None:
     c[2].number_input("seed", None, None, _default("f_seed", 0), key="f_seed")
     c[3].selectbox("clipping", CLIPPINGS, index=_index(CLIPPINGS, "f_clipping"), key="f_clipping",
                    help="abadi: g·min(1, C/‖g‖); auto-s: g·C/(‖g‖ + 0.01) (automatic clipping)")
+    c = st.columns(4)
+    c[0].selectbox("noise", MECHANISMS, index=_index(MECHANISMS, "f_mechanism"), key="f_mechanism",
+                   help="dp-sgd: fresh Gaussian noise at every step; bandmf: correlated noise (DP-FTRL, banded "
+                   "matrix factorization): each step's noise partly cancels the last few steps', so less of it "
+                   "adds up in the weights, under the same (ε, δ)")
+    c[1].number_input("bands b", 1, MAX_BANDS, _default("f_bands", 1), 1, key="f_bands",
+                      disabled=_held().get("f_mechanism", "dp-sgd") != "bandmf",
+                      help="how many steps each noise draw is spread over (1: DP-SGD). Records are split into b "
+                      "parts and step t samples only part t mod b, each record at rate b·q: it takes part at most "
+                      "once every b steps, which is what makes the correlated noise private")
 
 
 def _get(held: dict, field: str):
@@ -291,7 +302,9 @@ def fields_of(held: dict) -> dict:
             **({"max_length": int(_get(held, "max_length"))} if data.modality == "text" else {}),
             "epochs": int(_get(held, "epochs")), "batch_size": int(_get(held, "batch_size")), **lrs,
             "clip_norm": _get(held, "clip_norm"), "optimizer": _get(held, "optimizer"),
-            "seed": int(_get(held, "seed")), "clipping": _get(held, "clipping")}
+            "seed": int(_get(held, "seed")), "clipping": _get(held, "clipping"),
+            "mechanism": _get(held, "mechanism"),
+            "bands": int(_get(held, "bands")) if _get(held, "mechanism") == "bandmf" else 1}
 
 
 def shown_config() -> RunConfig | None:
@@ -347,9 +360,12 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
     phases = strategies.get(cfg.strategy).describe(
         cfg, " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"]))
     if cfg.private:
+        scheme = (f"BandMF with b = {cfg.bands} bands: records in {cfg.bands} parts, each sampled at "
+                  f"b·q = {cfg.bands * prev['sample_rate']:.3f} every {cfg.bands}th step (cyclic Poisson), accounted as "
+                  f"⌈T/b⌉ DP-SGD steps. " if cfg.mechanism == "bandmf" else "")
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "
-                f"({_calibrated_by(cfg)}). Phases: {phases}.", icon=":material/lock:")
+                f"({_calibrated_by(cfg)}). {scheme}Phases: {phases}.", icon=":material/lock:")
     else:
         st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")
 

@@ -109,6 +109,10 @@ class RunConfig:
             drawn Poisson sizes on a CPU), 0 the drawn sizes as they are, k ≥ 1 at most k fixed sizes, each
             batch padded to the smallest that holds it and its padded rows masked to exactly zero. The
             sampling, the sensitivity and ε are the same whatever it is: not part of the hash.
+        mechanism: dp-sgd (the default: independent Gaussian noise at every step) or bandmf (banded
+            correlated noise, DP-FTRL: `dpviz.privacy.bandmf`), under the same (ε, δ).
+        bands: bandmf's band count b: each step's noise combines the last b Gaussian draws, and records are
+            sampled cyclically from b fixed parts (rate b·q each); 1 is DP-SGD.
     """
 
     dataset: str = "digits"
@@ -147,6 +151,8 @@ class RunConfig:
     keep_weights: str = "checkpoints"
     device: str = "auto"
     batch_shapes: int = -1
+    mechanism: str = "dp-sgd"
+    bands: int = 1
 
     def __post_init__(self):
         coerce(self)
@@ -180,7 +186,7 @@ class RunConfig:
             for k in _UNHASHED + tuple(others):
                 d.pop(k)
             for k, default in (("train_size", 0), ("holdout", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
-                                 ("switch_batch", 256)):
+                                 ("switch_batch", 256), ("mechanism", "dp-sgd"), ("bands", 1)):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
             if catalog.dataset(self.dataset).modality != "text":

@@ -19,6 +19,7 @@ here from the recorded (σ, q, steps), not through dpviz's accounting code.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
@@ -47,8 +48,9 @@ class StepRecord:
     expected_batch: float  # q·n the step divided by
     contributions: list[float] = field(default_factory=list)  # ‖measured contribution‖, per removed example
     errors: list[float] = field(default_factory=list)  # ‖measured − own clipped gradient‖ / C
-    noise_std: float = 0.0  # measured std of (update × q·n) on an empty batch
+    noise_std: float = 0.0  # measured std of (update × q·n) on an empty batch (BandMF: of the fresh draws in it)
     noise_entries: int = 0
+    bands: int = 1
 
 
 class Probe:
@@ -68,34 +70,38 @@ class Probe:
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
 
     def __call__(self, stepper, x, y, *, clip_norm, noise_multiplier, expected_batch, generator,
-                 clipping="abadi", canaries=None, reduce=None, mask=None):
+                 clipping="abadi", canaries=None, reduce=None, mask=None, correlate=None):
         k, self.calls = self.calls, self.calls + 1
         if k in self.check:
             self.records.append(self.measure(k, stepper, x, y, clip_norm=clip_norm, sigma=noise_multiplier,
                                              expected_batch=expected_batch, generator=generator, clipping=clipping,
-                                             reduce=reduce, mask=mask))
+                                             reduce=reduce, mask=mask, correlate=correlate))
         return self.original(stepper, x, y, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
                              expected_batch=expected_batch, generator=generator, clipping=clipping,
-                             canaries=canaries, reduce=reduce, mask=mask)
+                             canaries=canaries, reduce=reduce, mask=mask,
+                             **({"correlate": correlate} if correlate is not None else {}))
 
     # --- measuring ------------------------------------------------------------------------------------
-    def _replay(self, stepper, parts, *, clip_norm, sigma, expected_batch, generator, clipping, reduce):
-        """(update × q·n) as one flat vector, for the step on ``parts`` with a copy of ``generator``."""
+    def _replay(self, stepper, parts, *, clip_norm, sigma, expected_batch, generator, clipping, reduce, correlate):
+        """(update × q·n) as one flat vector, for the step on ``parts`` with a copy of ``generator`` (and of
+        BandMF's noise memory, so the run's own is not advanced)."""
         gen = torch.Generator(device=generator.device)
         gen.set_state(generator.get_state())
         overflows = stepper.overflows
         xs, ys, ms = zip(*parts) if parts else ((), (), ())
         self.original(stepper, list(xs), list(ys), clip_norm=clip_norm, noise_multiplier=sigma,
                       expected_batch=expected_batch, generator=gen, clipping=clipping, reduce=reduce,
-                      mask=list(ms) if any(m is not None for m in ms) else None)
+                      mask=list(ms) if any(m is not None for m in ms) else None,
+                      **({"correlate": copy.deepcopy(correlate)} if correlate is not None else {}))
         stepper.overflows = overflows  # a replay's overflows are not the run's
         return torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * expected_batch
 
-    def measure(self, k, stepper, x, y, *, clip_norm, sigma, expected_batch, generator, clipping, reduce, mask):
+    def measure(self, k, stepper, x, y, *, clip_norm, sigma, expected_batch, generator, clipping, reduce, mask,
+                correlate=None):
         parts = dpsgd._parts(x, y, mask)
         rec = StepRecord(step=k, clip_norm=clip_norm, sigma=sigma, expected_batch=expected_batch)
         args = dict(clip_norm=clip_norm, sigma=sigma, expected_batch=expected_batch, generator=generator,
-                    clipping=clipping, reduce=reduce)
+                    clipping=clipping, reduce=reduce, correlate=correlate)
         full = self._replay(stepper, parts, **args)
         rows = [(i, j) for i, (_, yc, mc) in enumerate(parts) for j in range(len(yc)) if mc is None or bool(mc[j])]
         # every rank replays as often (so a distributed run's collectives pair up); only rank 0's rows are read
@@ -121,6 +127,11 @@ class Probe:
         for d in range(NOISE_DRAWS):
             gen = torch.Generator(device=generator.device).manual_seed(10_000 + d)
             draws.append(self._replay(stepper, [], **{**args, "generator": gen}))
+        if correlate is not None:  # BandMF: the fresh draw z_t = m_0·w_t + Σ m_k·w_{t−k}
+            past = sum((mk * torch.cat([t.reshape(-1).double() for t in w])
+                        for mk, w in zip(correlate.m[1:], correlate.memory)), torch.zeros(()))
+            draws = [correlate.m[0] * w + past for w in draws]
+            rec.bands = correlate.bands
         noise = torch.cat(draws)
         rec.noise_std, rec.noise_entries = float(noise.std()), noise.numel()
         for p in stepper.params:
@@ -201,6 +212,8 @@ def check_epsilon(summary: dict, probe: Probe, *, epsilon: float, delta: float, 
     private = [p for p in summary["phases"] if p.get("noise_multiplier") is not None]
     assert sum(p["steps"] for p in private) == probe.calls, \
         f"the run took {probe.calls} private steps, its phases account for {sum(p['steps'] for p in private)}"
-    eps = independent_epsilon([(p["noise_multiplier"], p["sample_rate"], p["steps"]) for p in private], delta)
+    # BandMF's b bands with cyclic Poisson sampling: ⌈T/b⌉ DP-SGD steps at rate b·q (`dpviz.privacy.bandmf`)
+    eps = independent_epsilon([(p["noise_multiplier"], min(1.0, p.get("bands", 1) * p["sample_rate"]),
+                                -(-p["steps"] // p.get("bands", 1))) for p in private], delta)
     assert eps <= epsilon * (1 + slack), f"the run's steps spend ε = {eps:.4f} by PLD, over its budget {epsilon:g}"
     return eps

@@ -1,7 +1,8 @@
 """Every DP step of a real run is the Gaussian mechanism its accountant counts, measured from what the step did.
 
 For every strategy, every per-sample path (book-keeping, its ghost norms on a ViT's token sequences, Opacus's
-hooks, the closed-form head, the fixed-shape padded batches), every precision and a run over two processes,
+hooks, the closed-form head, the fixed-shape padded batches), every precision, BandMF's correlated noise (whose
+fresh draws are read back from its noise memory) and a run over two processes,
 `mechanism.Probe` measures checked steps of a real run: each removed example's contribution (≤ C, some at C,
 and equal to its own gradient clipped at C), the noise's standard deviation (σ·C) and the divisor (q·n, the
 accountant's), against the σ, C and q of the run's phases; `mechanism.check_epsilon` composes the steps it
@@ -47,6 +48,10 @@ CASES = {  # id: (the config's own fields, precision the tolerance is read at)
     "tf32": dict(strategy="fft", precision="tf32"),
     "bf16": dict(strategy="fft", precision="bf16"),
     "fp16": dict(strategy="fft", precision="fp16"),
+    # correlated noise: BandMF's noise memory, cyclic sampling and its accounting
+    "bandmf-1": dict(strategy="fft", mechanism="bandmf", bands=1),
+    "bandmf-4": dict(strategy="fft", mechanism="bandmf", bands=4),
+    "bandmf-lp-fft": dict(strategy="lp-fft", mechanism="bandmf", bands=2),
 }
 
 

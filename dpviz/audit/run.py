@@ -109,6 +109,9 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     from dpviz.audit import canaries as canary_mod  # torch: only when an audit trains
 
     spec = spec or AuditSpec()
+    if cfg.mechanism != "dp-sgd":  # the canaries' scores and the ideal attack assume independent noise per step
+        raise ConfigError("mechanism", "dp-sgd for an audit (its canaries are scored against independent noise)",
+                          cfg.mechanism)
     store = store or Store(cache_dir)
     cfg, _ = resolved(cfg, store)
     key = spec.key(cfg)

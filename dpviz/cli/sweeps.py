@@ -18,6 +18,7 @@ from dpviz.cli.common import at_least, config_flags, config_from_args, dump
 
 SPARSE_ONLY = {"sparsities": "--sparsities", "selections": "--selections", "fft": "--no-fft",
                "lora_ranks": "--lora-ranks"}
+BAND_COUNTS = [1, 2, 4, 8]
 SPARSE_DEFAULTS = dict(sparsities=[0.05, 0.2, 0.5], selections=["sparta", "magnitude", "random", "bias", "norm"],
                        fft=True, lora_ranks=[1, 2, 4, 8])
 FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
@@ -26,9 +27,12 @@ RANGES = ("lr_lp", "lr_ft", "clip_norm", "batch_size", "epochs")
 
 def add_sweep(sub) -> None:
     """Flags whose default is None tell "given" from "default"."""
-    sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed) or sparse (the "
-                        "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines)")
-    sw.add_argument("kind", choices=["budget", "sparse"])
+    sw = sub.add_parser("sweep", help="an Optuna grid sweep: budget (ε × LP fraction × seed), sparse (the "
+                        "accuracy / trainable-parameter profile of sparse fine-tuning and its baselines) or noise "
+                        "(DP-SGD beside BandMF's correlated noise at several band counts)")
+    sw.add_argument("kind", choices=["budget", "sparse", "noise"])
+    sw.add_argument("--band-counts", nargs="+", type=int, default=None,
+                    help="noise: band counts b (1: DP-SGD; default: 1 2 4 8)")
     sw.add_argument("--sparsities", nargs="+", type=float, default=None, help="sparse: s values (default: 0.05 0.2 0.5)")
     sw.add_argument("--selections", nargs="+", default=None, help="sparse: selections (row selections run at every "
                     "s; default: sparta magnitude random bias norm)")
@@ -106,7 +110,19 @@ PARSERS = {"sweep": add_sweep, "tune": add_tune, "worker": add_worker}
 
 def _refuse_other_kind(args, base: RunConfig) -> None:
     """Flags of the other sweep kind, and a strategy the grid would ignore, are refused by name."""
-    if args.kind == "budget":
+    if args.kind != "noise" and args.band_counts is not None:
+        raise ConfigError("band_counts", f"--band-counts is a noise-sweep flag; a {args.kind} sweep does not vary "
+                          "the mechanism (set --mechanism and --bands for all its points)")
+    if args.kind == "noise":
+        given = [f for f in SPARSE_ONLY if getattr(args, f) is not None] + ["fractions"] * (args.fractions is not None)
+        if given:
+            flag = SPARSE_ONLY.get(given[0], "--fractions")
+            raise ConfigError(flag[2:].replace("-", "_"), f"{flag} is not a noise-sweep flag; a noise sweep varies "
+                              "ε, --band-counts and --seeds")
+        if base.mechanism != "dp-sgd" or base.bands != 1:
+            raise ConfigError("mechanism", "left out: a noise sweep's points set the mechanism and bands",
+                              base.mechanism)
+    elif args.kind == "budget":
         given = [f for f in SPARSE_ONLY if getattr(args, f) is not None]
         if given:
             flag = SPARSE_ONLY[given[0]]
@@ -134,6 +150,11 @@ def _grid(args, base: RunConfig) -> list[dict]:
         space = sweeps.budget_grid(epsilons=args.epsilons, fractions=fractions, seeds=args.seeds)
         return [{"epsilon": e, "lp_fraction": p, "seed": s} for e in space["epsilon"] for p in space["lp_fraction"]
                 for s in space["seed"]]
+    if args.kind == "noise":
+        points = sweeps.noise_points(epsilons=args.epsilons, seeds=args.seeds,
+                                     band_counts=args.band_counts or BAND_COUNTS)
+        sweeps.check_points(base, points)
+        return points
     kw = {k: (v if getattr(args, k) is None else getattr(args, k)) for k, v in SPARSE_DEFAULTS.items()}
     points = sweeps.sparse_points(epsilons=args.epsilons, seeds=args.seeds, **kw)
     sweeps.check_points(base, points)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 
 from dpviz.privacy import accountants as registry
+from dpviz.privacy import bandmf
 from dpviz.privacy.accountants import PLD_DISCRETISATION, opacus_epsilon, pld_epsilon, rdp_floor  # noqa: F401
 
 MAX_SIGMA = 1e4
@@ -40,6 +41,8 @@ class Phase:
         noise_multiplier: σ; the Gaussian noise std is σ·C.
         sample_rate: Poisson sampling probability q = B / n.
         clip_norm: per-sample clipping norm C (does not enter ε).
+        bands: 1 for DP-SGD's independent noise; b > 1 for BandMF's banded correlated noise with cyclic Poisson
+            sampling over b parts (`dpviz.privacy.bandmf`), accounted as its equivalent DP-SGD schedule.
     """
 
     name: str
@@ -47,9 +50,18 @@ class Phase:
     noise_multiplier: float
     sample_rate: float
     clip_norm: float
+    bands: int = 1
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["bands"] == 1:  # DP-SGD's phases read as they always have
+            del d["bands"]
+        return d
+
+    def accounted(self) -> tuple[float, float, int]:
+        """(σ, q, T) of the DP-SGD schedule as private as this phase (itself for DP-SGD)."""
+        return bandmf.dpsgd_equivalent(sigma=self.noise_multiplier, sample_rate=self.sample_rate, steps=self.steps,
+                                       bands=self.bands)
 
 
 def epsilon(*, phases: list[Phase], delta: float, accountant: str | registry.Accountant = "prv") -> float:
@@ -63,7 +75,7 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str | registry.Acc
     entry) refuses phases of different σ or q with ValueError.
     """
     acc = registry.get(accountant)
-    history = [(p.noise_multiplier, p.sample_rate, p.steps) for p in phases if p.steps > 0]
+    history = [p.accounted() for p in phases if p.steps > 0]
     if not history:
         return 0.0
     if any(s <= 0 for s, _, _ in history):

@@ -158,7 +158,7 @@ def _batch_sums(out, y, mask, loss_sum, norms=None, clip_norm=None) -> list[torc
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator,
-                 clipping: str = "abadi", canaries=None, reduce=None, mask=None) -> StepStats:
+                 clipping: str = "abadi", canaries=None, reduce=None, mask=None, correlate=None) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
     grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
@@ -171,6 +171,8 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     clipped sum before the noise and scored on what the step releases.
     ``reduce``: a distributed run's in-place sum over ranks (`dpviz.training.distributed.World.all_reduce`), applied
     to this rank's clipped sums before the noise, which every rank then draws alike: it enters once.
+    ``correlate``: BandMF's noise memory (`dpviz.privacy.bandmf.BandedNoise`), turning this step's fresh draws
+    into its row of M⁻¹Z; None is DP-SGD's independent noise.
     """
     params, stats, total = stepper.params, None, None
     for xc, yc, mc in _parts(x, y, mask):
@@ -190,6 +192,8 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     if canaries is not None:
         canaries.add(params, clip_norm=clip_norm, clipping=clipping)
     noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in params]
+    if correlate is not None:
+        noise = correlate(noise)
     grads = torch._foreach_add([p.grad for p in params], noise)  # one launch for all, not two per tensor
     torch._foreach_div_(grads, expected_batch)
     for p, gr in zip(params, grads):

@@ -43,13 +43,14 @@ def run_label(run: dict, fields: tuple = ("seed",)) -> str:
 
 
 def config_label(c: dict, fields: tuple = ("seed",)) -> str:
-    """A configuration's label: strategy (with lp-fft's p), ε and ``fields`` as name=value where its strategy
-    reads them ("lp-fft ε=1.5 p=0.5 dataset=glyphs seed=3")."""
+    """A configuration's label: strategy (with lp-fft's p), ε, the noise mechanism when it is not DP-SGD's, and
+    ``fields`` as name=value where its strategy reads them ("lp-fft ε=1.5 bandmf b=4 p=0.5 dataset=glyphs seed=3")."""
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
     read, own = _own_fields(c["strategy"]), _own_fields()
     named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own]
     extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
-    return f"{c['strategy']} ε={eps}{extra}"
+    noise = f" bandmf b={c.get('bands', 1)}" if c.get("mechanism", "dp-sgd") != "dp-sgd" else ""  # always said
+    return f"{c['strategy']} ε={eps}{noise}{extra}"
 
 
 def launch_label(c: dict) -> str:

@@ -9,11 +9,11 @@ from dpviz.sweeps import private  # noqa: F401  (private searches: a search insi
 from dpviz.sweeps.journal import journal_path  # noqa: F401
 from dpviz.sweeps.design import (  # noqa: F401
     storage, TS, run_local, start_workers, work, budget_grid, study_name, check_points,
-    create_grid_sweep, sparse_points, create_budget_sweep, check_space, check_ranges, preview_corners,
+    create_grid_sweep, sparse_points, noise_points, create_budget_sweep, check_space, check_ranges, preview_corners,
     proxy_base, search_name, create_search, table, best_config, private_trials, search_cost, studies
 )
 
 __all__ = ["storage", "TS", "run_local", "start_workers", "work", "budget_grid", "study_name", "check_points",
-           "create_grid_sweep", "sparse_points", "create_budget_sweep", "check_space", "check_ranges",
+           "create_grid_sweep", "sparse_points", "noise_points", "create_budget_sweep", "check_space", "check_ranges",
            "preview_corners", "proxy_base", "search_name", "create_search", "table", "best_config",
            "private_trials", "search_cost", "studies", "private", "journal_path"]

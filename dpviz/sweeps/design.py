@@ -91,6 +91,13 @@ def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, 
     return out
 
 
+def noise_points(*, epsilons, band_counts, seeds) -> list[dict]:
+    """Points comparing the noise mechanisms at each ε and seed: DP-SGD where b = 1, BandMF with b bands
+    otherwise (`dpviz.privacy.bandmf`)."""
+    return [{"epsilon": str(e), "seed": int(seed), "mechanism": "dp-sgd" if int(b) == 1 else "bandmf",
+             "bands": int(b)} for e in epsilons for seed in seeds for b in band_counts]
+
+
 def create_budget_sweep(base: RunConfig, space: dict, *, storage_url=None, cache_dir=None) -> optuna.Study:
     """The (ε × LP fraction × seed) grid of `budget_grid` as a grid study."""
     points = [{"epsilon": e, "lp_fraction": p, "seed": s} for e in space["epsilon"] for p in space["lp_fraction"]

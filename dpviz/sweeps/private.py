@@ -116,6 +116,9 @@ def check(s: PrivateSearch) -> None:
         raise ConfigError("score_noise", "a number in [0.001, 1] (std of the noisy held-out accuracy)", s.score_noise)
     if not s.base.private:
         raise ConfigError("epsilon", "a private base config (the search sets each trial's ε)", "inf")
+    if s.base.mechanism != "dp-sgd":  # Papernot & Steinke's trial events here are DP-SGD's phases
+        raise ConfigError("mechanism", "dp-sgd for a private search (its trials are accounted as DP-SGD)",
+                          s.base.mechanism)
     if not selection.available():
         from dpviz.errors import missing_package
 

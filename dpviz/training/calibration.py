@@ -8,6 +8,8 @@ torch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dpviz import strategies
 from dpviz.config import RunConfig, total_steps
 from dpviz.errors import ConfigError
@@ -66,14 +68,25 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
     ``sigma``: σ calibrated already for this very schedule (by `dpviz.training.ahead`), else calibrated here.
     """
     plans, q = schedule(cfg, n, num_blocks)
+    b = bands(cfg, q)
     # only private phases enter the accountant: a public phase touches no private record
-    phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q, clip_norm=cfg.clip_norm)
-              for p in plans if not p.public]
+    phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q, clip_norm=cfg.clip_norm,
+                    bands=b) for p in plans if not p.public]
     if cfg.private:
         sigma = calibrate(cfg, phases) if sigma is None else sigma
-        phases = [Phase(name=p.name, steps=p.steps, noise_multiplier=sigma, sample_rate=q, clip_norm=cfg.clip_norm)
-                  for p in phases]
+        phases = [replace(p, noise_multiplier=sigma) for p in phases]
     return plans, phases, q
+
+
+def bands(cfg: RunConfig, q: float) -> int:
+    """The phases' band count: ``cfg.bands`` under BandMF, 1 (DP-SGD) otherwise. Each of BandMF's b parts is
+    sampled at rate b·q, which must be a probability."""
+    if cfg.mechanism != "bandmf":
+        return 1
+    if cfg.bands * q > 1:
+        raise ConfigError("bands", f"at most 1/q = {1 / q:.4g} for batch size {cfg.batch_size} (each of the b parts "
+                          "of the training set is sampled at rate b·q)", cfg.bands)
+    return cfg.bands
 
 
 def task_shape(cfg: RunConfig) -> tuple[Shape, int]:

@@ -22,7 +22,7 @@ from dpviz.training import prepare
 from dpviz.training import resume
 from dpviz.training import shapes
 from dpviz.training.prepare import Cancelled, Prepared
-from dpviz.privacy import accounting, dpsgd
+from dpviz.privacy import accounting, bandmf, dpsgd
 from dpviz.strategies.base import PhasePlan, PhaseSetup
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
@@ -97,6 +97,11 @@ class Loop:
         self.fixed = shapes.pass_chunk(-(-len(self.y) // (self.world.size if self.world else 1)),
                                        prep.sample_rate, self.count)
         self.padder: shapes.Padder | None = None  # the current phase's (`run_phase`)
+        # BandMF (`dpviz.privacy.bandmf`): b fixed parts of the private records, sampled cyclically, and each
+        # private phase's noise memory; b = 1 is DP-SGD (no parts, no memory: the very same draws)
+        self.bands = self.cfg.bands if self.cfg.mechanism == "bandmf" else 1
+        self.parts = bandmf.parts(len(self.y), self.bands, self.cfg.seed + 3).to(self.dev) if self.bands > 1 else None
+        self.noise: bandmf.BandedNoise | None = None
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:
@@ -206,12 +211,16 @@ class Loop:
         if state is not None:
             resume.load_phase(self, state, s.optimizer)
         self.padder = self._padder(s, stepper)
+        # a new phase is a new BandMF mechanism: its noise memory starts empty (its parameters may differ)
+        self.noise = bandmf.BandedNoise(self.bands) if s.private and self.bands > 1 else None
+        if state is not None and self.noise is not None and state.get("noise_memory"):
+            self.noise.load_state_dict(state["noise_memory"], self.dev)
         self._t = time.perf_counter()
         try:
             for k in range(start, plan.steps):
                 if not self._agreed(self.strategy.before_step(self, plan, k)):
                     break
-                idx = self._sample(len(s.labels), s.sample_rate)
+                idx = self._sample(len(s.labels), s.sample_rate, k if self.noise is not None else None)
                 s.module.zero_grad(set_to_none=True)
                 st = self._step(stepper, s, idx, phase)
                 self.strategy.after_step(self, plan, s)
@@ -242,11 +251,16 @@ class Loop:
         torch.distributed.broadcast(flag, 0)
         return bool(flag.item())
 
-    def _sample(self, n: int, q: float) -> torch.Tensor:
-        """Indices of a Poisson batch (each example with probability q); stops here if cancelled."""
+    def _sample(self, n: int, q: float, k: int | None = None) -> torch.Tensor:
+        """Indices of a Poisson batch (each example with probability q); stops here if cancelled. ``k``: a BandMF
+        phase's step, whose batch is part k mod b of the records, each with probability b·q (cyclic Poisson)."""
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled()
-        return (torch.rand(n, generator=self.gen_sample) < q).nonzero().squeeze(1).to(self.dev)
+        u = torch.rand(n, generator=self.gen_sample)
+        if k is None:
+            return (u < q).nonzero().squeeze(1).to(self.dev)
+        chosen = (u.to(self.dev) < self.bands * q) & (self.parts == k % self.bands)
+        return chosen.nonzero().squeeze(1)
 
     def _padder(self, s: PhaseSetup, stepper) -> shapes.Padder | None:
         """The phase's fixed physical batch sizes (`dpviz.training.shapes`; None: the drawn sizes as they are).
@@ -280,7 +294,8 @@ class Loop:
             return st
         return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
                                   expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
-                                  canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask)
+                                  canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask,
+                                  **({"correlate": self.noise} if self.noise is not None else {}))
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None

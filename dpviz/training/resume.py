@@ -25,7 +25,8 @@ def snapshot(loop) -> dict:
             "model": cpu_once(loop.model.state_dict()),
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
             "gen_sample": loop.gen_sample.get_state(), "gen_noise": loop.gen_noise.get_state(),
-            "last": {k: v for k, v in loop.last.items() if v is not None}, "overflows": loop.overflows}
+            "last": {k: v for k, v in loop.last.items() if v is not None}, "overflows": loop.overflows,
+            **({"noise_memory": loop.noise.state_dict()} if getattr(loop, "noise", None) is not None else {})}
 
 
 def cpu_once(state: dict) -> dict:

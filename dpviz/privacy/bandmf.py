@@ -1,0 +1,95 @@
+"""Correlated noise: banded matrix factorization (BandMF, DP-FTRL) beside DP-SGD's independent noise.
+
+**The mechanism.** DP-SGD releases the noisy gradients x_t + z_t, each z_t ~ N(0, σ²C² I) drawn afresh. A
+matrix mechanism factors the prefix-sum workload A (lower-triangular ones: the SGD iterates are running sums of
+the updates) as A = B·M and releases B(MX + Z): equivalently the noisy gradients X + M⁻¹Z, whose noise at step
+t is row t of M⁻¹Z. With M lower-triangular, b-banded and Toeplitz (coefficients m_0, …, m_{b−1}), the noise
+w_t = (z_t − Σ_{k=1}^{b−1} m_k w_{t−k}) / m_0 needs only the last b − 1 noise vectors (`BandedNoise`), each the
+size of the trainable parameters; much of it cancels in the running sums of updates.
+
+**The coefficients** are the banded square root (BSR) of Kalinin & Lampert, "Banded Square Root Matrix
+Factorization for Differentially Private Model Training" (NeurIPS 2024): the square root of A is Toeplitz with
+r_k = binom(2k, k) / 4^k, and BSR keeps its first b coefficients, a closed form for SGD (no optimization for T).
+`coefficients` scales them to unit ℓ2 norm, so every column of M has norm at most 1 and one participation of
+an example moves MX by at most the clipping norm C: the sensitivity of DP-SGD. b = 1 is M = I: DP-SGD itself,
+bit for bit.
+
+**Sampling and accounting** (the theorem and its conditions). Choquette-Choo, Ganesh, McKenna, McMahan, Rush,
+Thakurta & Xu, "(Amplified) Banded Matrix Factorization: A unified approach to private training" (NeurIPS
+2023), amplification by cyclic Poisson sampling: split the n training records into b fixed parts of n/b (a
+seeded permutation, `parts`); step t samples each record of part t mod b independently with probability
+p = b·q (so the expected batch stays q·n). A record then takes part only in steps b apart, where the b-banded
+columns of M do not overlap, so its participations are independent Gaussian mechanisms on disjoint
+coordinates, each amplified by Poisson sampling within its part: T steps of BandMF with noise multiplier σ and
+unit-norm columns are exactly as private as ⌈T/b⌉ steps of DP-SGD with sampling rate b·q and noise σ
+(`dpsgd_equivalent`). Conditions: b·q ≤ 1; the parts fixed for the whole run; M's columns of norm ≤ 1; the
+noise memory reset where the trainable parameters change (each phase is one BandMF mechanism, the phases
+composed as DP-SGD's phases are). Any accountant of the seam (`dpviz.privacy.accountants`: PLD, RDP, PRV)
+then accounts the equivalent DP-SGD schedule exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+MECHANISMS = ("dp-sgd", "bandmf")
+"""`RunConfig.mechanism`: independent Gaussian noise at every step, or banded correlated noise."""
+MAX_BANDS = 64
+
+
+def coefficients(bands: int) -> tuple[float, ...]:
+    """m_0, …, m_{b−1}: BSR's first ``bands`` coefficients of the prefix sums' square root, unit ℓ2 norm."""
+    if bands < 1:
+        raise ValueError(f"bands: at least 1; got {bands}")
+    r = [math.comb(2 * k, k) / 4**k for k in range(bands)]
+    norm = math.sqrt(sum(c * c for c in r))
+    return tuple(c / norm for c in r)
+
+
+def dpsgd_equivalent(*, sigma: float, sample_rate: float, steps: int, bands: int) -> tuple[float, float, int]:
+    """(σ, q, T) of the DP-SGD schedule exactly as private as ``steps`` BandMF steps with cyclic Poisson
+    sampling over ``bands`` parts: (σ, b·q, ⌈T/b⌉). b = 1 returns its input."""
+    if bands == 1:
+        return sigma, sample_rate, steps
+    return sigma, min(1.0, bands * sample_rate), -(-steps // bands)
+
+
+def parts(n: int, bands: int, seed: int):
+    """(n,) the part of each record, 0 … b−1, fixed by ``seed`` for the whole run (cyclic Poisson sampling)."""
+    import torch
+
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    out = torch.empty(n, dtype=torch.long)
+    out[order] = torch.arange(n) % bands
+    return out
+
+
+class BandedNoise:
+    """The noise memory of one BandMF phase: turns each step's fresh Gaussian draws z_t into w_t (row t of
+    M⁻¹Z), keeping the last b − 1 of them. ``bands`` = 1 gives back z_t itself (DP-SGD)."""
+
+    def __init__(self, bands: int):
+        self.bands = bands
+        self.m = coefficients(bands)
+        self.memory: list[list] = []  # the last b − 1 noise vectors, newest first, each a list of tensors
+
+    def __call__(self, z: list) -> list:
+        """w_t for this step's draws ``z`` (one tensor per trainable parameter)."""
+        if self.bands == 1:
+            return z
+        import torch
+
+        w = [t.clone() for t in z]
+        for mk, past in zip(self.m[1:], self.memory):
+            torch._foreach_add_(w, past, alpha=-mk)
+        torch._foreach_div_(w, self.m[0])
+        self.memory = [w, *self.memory][: self.bands - 1]
+        return w
+
+    def state_dict(self) -> dict:
+        return {"bands": self.bands, "memory": [[t.detach().cpu() for t in v] for v in self.memory]}
+
+    def load_state_dict(self, state: dict, device) -> None:
+        if state["bands"] != self.bands:
+            raise ValueError(f"bands: the snapshot's noise memory has {state['bands']} bands, the run {self.bands}")
+        self.memory = [[t.to(device) for t in v] for v in state["memory"]]

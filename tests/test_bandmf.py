@@ -1,0 +1,145 @@
+"""BandMF beside DP-SGD: the banded noise (row t of M⁻¹Z from b − 1 vectors of memory), cyclic Poisson
+sampling over b parts, its accounting as the equivalent DP-SGD schedule (checked with dp_accounting directly),
+calibration within the budget over a grid, and b = 1 giving DP-SGD's run bit for bit."""
+
+import math
+import tempfile
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import dpviz
+from dpviz import RunConfig
+from dpviz.errors import ConfigError
+from dpviz.privacy import accounting, bandmf
+from dpviz.privacy.accounting import Phase
+from dpviz.store import Store
+from dpviz.training.loop import Loop
+
+DELTA = 1e-5
+
+
+def test_bsr_coefficients_are_the_square_root_of_the_prefix_sums_cut_to_b_bands_at_unit_norm():
+    assert bandmf.coefficients(1) == (1.0,)
+    m = bandmf.coefficients(4)
+    raw = [1, 1 / 2, 3 / 8, 5 / 16]  # binom(2k, k) / 4^k
+    assert m == pytest.approx([r / math.sqrt(sum(x * x for x in raw)) for r in raw])
+    assert sum(x * x for x in m) == pytest.approx(1.0)
+    # the unbanded coefficients square to the prefix sums: (r * r)_t = 1 for every t
+    r = [math.comb(2 * k, k) / 4**k for k in range(12)]
+    assert all(sum(r[i] * r[t - i] for i in range(t + 1)) == pytest.approx(1.0) for t in range(12))
+
+
+@pytest.mark.parametrize("bands", [2, 4, 7])
+def test_the_noise_is_m_inverse_z_from_b_minus_one_vectors_of_memory(bands):
+    g = torch.Generator().manual_seed(0)
+    T, shapes = 15, [(3, 4), (5,)]
+    noise = bandmf.BandedNoise(bands)
+    zs, ws = [], []
+    for _ in range(T):
+        z = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+        zs.append(torch.cat([t.reshape(-1) for t in z]))
+        ws.append(torch.cat([t.reshape(-1) for t in noise(z)]))
+        assert len(noise.memory) <= bands - 1
+    m = bandmf.coefficients(bands)
+    M = torch.zeros(T, T, dtype=torch.float64)  # lower-triangular, b-banded, Toeplitz
+    for t in range(T):
+        for k in range(min(bands, t + 1)):
+            M[t, t - k] = m[k]
+    assert torch.allclose(M @ torch.stack(ws), torch.stack(zs), atol=1e-12)
+    assert max(float(M[:, j].norm()) for j in range(T)) <= 1 + 1e-12  # sensitivity: columns of norm ≤ 1
+
+
+def test_one_band_is_the_fresh_draw_itself():
+    z = [torch.randn(3)]
+    assert bandmf.BandedNoise(1)(z) is z
+
+
+def independent_epsilon(history, delta):
+    """dp_accounting's PLD of (σ, q, T) entries, written here, not through dpviz's accountants."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    acc = PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(s)), t) for s, q, t in history]))
+    return float(acc.get_epsilon(delta))
+
+
+def test_bandmf_is_accounted_as_dp_sgd_over_t_over_b_steps_at_rate_b_q():
+    """The amplified BandMF theorem by hand: T steps at σ with b parts sampled at b·q are ⌈T/b⌉ DP-SGD steps at
+    rate b·q. b = 1 is DP-SGD's own ε."""
+    sigma, q, T = 1.2, 0.02, 100
+    dp = Phase(name="fft", steps=T, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0)
+    assert accounting.epsilon(phases=[dp], delta=DELTA, accountant="pld") == pytest.approx(
+        independent_epsilon([(sigma, q, T)], DELTA), rel=2e-3)
+    for b in (2, 4, 8):
+        band = Phase(name="fft", steps=T, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0, bands=b)
+        ours = accounting.epsilon(phases=[band], delta=DELTA, accountant="pld")
+        assert ours == pytest.approx(independent_epsilon([(sigma, b * q, math.ceil(T / b))], DELTA), rel=2e-3)
+        assert accounting.epsilon(phases=[band], delta=DELTA, accountant="rdp") >= ours  # RDP: looser, for comparison
+
+
+@pytest.mark.parametrize("target", [1.0, 4.0])
+@pytest.mark.parametrize("steps", [24, 60])
+@pytest.mark.parametrize("bands", [1, 2, 4, 8])
+def test_calibrated_sigma_keeps_bandmf_within_its_budget(target, steps, bands):
+    phases = [Phase(name="lp", steps=steps // 3, noise_multiplier=0.0, sample_rate=0.05, clip_norm=1.0, bands=bands),
+              Phase(name="fft", steps=steps - steps // 3, noise_multiplier=0.0, sample_rate=0.05, clip_norm=1.0,
+                    bands=bands)]
+    sigma = accounting.calibrate_sigma(target_epsilon=target, delta=DELTA, phases=phases, accountant="pld")
+    calibrated = accounting.with_sigma(phases, sigma)
+    assert accounting.epsilon(phases=calibrated, delta=DELTA, accountant="pld") <= target
+    history = [(sigma, min(1, bands * 0.05), math.ceil(p.steps / bands)) for p in phases]
+    assert independent_epsilon(history, DELTA) <= target * 1.002
+    assert accounting.epsilon(phases=accounting.with_sigma(phases, 0.97 * sigma), delta=DELTA, accountant="pld") > target
+
+
+def test_cyclic_poisson_sampling_draws_step_t_from_part_t_mod_b_at_rate_b_q():
+    """The loop's own sampler: every record sits in one fixed part, is drawn only at steps of its part (so its
+    participations are b apart, as the theorem needs), and the batch keeps its expected size q·n."""
+    n, b, q, steps = 2000, 4, 0.05, 400
+    parts = bandmf.parts(n, b, seed=3)
+    assert sorted(torch.bincount(parts).tolist()) == [n // b] * b
+    loop = SimpleNamespace(cancel=None, gen_sample=torch.Generator().manual_seed(1), bands=b, parts=parts,
+                           dev=torch.device("cpu"))
+    last, sizes = {}, []
+    for k in range(steps):
+        idx = Loop._sample(loop, n, q, k)
+        assert bool((parts[idx] == k % b).all())
+        for i in idx.tolist():
+            assert i not in last or k - last[i] >= b
+            last[i] = k
+        sizes.append(len(idx))
+    assert sum(sizes) / steps == pytest.approx(q * n, rel=0.03)
+
+
+BASE = dict(strategy="lp-fft", epochs=2, batch_size=256, eval_every=6, lr_lp=0.5, lr_ft=0.01, epsilon=2.0,
+            keep_weights="final")
+
+
+def _run(**kw):
+    with tempfile.TemporaryDirectory() as d:
+        s = dpviz.run(RunConfig(**{**BASE, **kw}), cache_dir=d)
+        return s, Store(d).load_model(s["run_id"])["state_dict"]
+
+
+def test_one_band_trains_dp_sgds_run_bit_for_bit_and_four_bands_stay_within_the_budget():
+    dp, w_dp = _run()
+    one, w_one = _run(mechanism="bandmf", bands=1)
+    assert all(torch.equal(w_dp[k], w_one[k]) for k in w_dp)
+    assert one["test_accuracy"] == dp["test_accuracy"] and one["epsilon_spent"] == dp["epsilon_spent"]
+    four, _ = _run(mechanism="bandmf", bands=4)
+    assert four["epsilon_spent"] <= 2.0 and [p["bands"] for p in four["phases"]] == [4, 4]
+    history = [(p["noise_multiplier"], 4 * p["sample_rate"], math.ceil(p["steps"] / 4)) for p in four["phases"]]
+    assert independent_epsilon(history, DELTA) <= 2.0 * 1.01
+
+
+def test_bands_are_refused_where_they_mean_nothing_or_cannot_be_sampled():
+    with pytest.raises(ConfigError, match="bands: 1 with mechanism dp-sgd"):
+        RunConfig(bands=4)
+    with pytest.raises(ConfigError, match="bands"):
+        dpviz.runner.preview(RunConfig(mechanism="bandmf", bands=64, batch_size=256))  # 64 · q > 1
+    with pytest.raises(ConfigError, match="mechanism: one of dp-sgd, bandmf"):
+        RunConfig(mechanism="dp-ftrl")
