@@ -40,7 +40,7 @@ def key_of(cfg: RunConfig, cls=None) -> str:
     d = {k: v for k, v in cfg.to_dict().items()
          if k not in _NOT_KEY and k not in others and k not in cls.auto_axes}
     hashed = json.loads(cfg.to_json(hashed_only=True))  # fields added later count only where they are hashed
-    for k in ("max_length", "train_size"):
+    for k in ("max_length", "train_size", "mechanism", "bands"):
         if k not in hashed:
             d.pop(k, None)
     return json.dumps(d, sort_keys=True)
