@@ -34,10 +34,11 @@ def _stopped(cfg, cache_dir, at: int = 7) -> str:
     ("lora", {}, 7),  # adapters the phase itself makes
     ("sparse", {"epochs": 3}, 9),  # stopped in the selection epoch (steps 7–12): its sums go on
     ("continual", {"switch_step": 4}, 7),  # stopped after the public phase: the switch is remembered
+    ("lp-fft", {"mechanism": "bandmf", "bands": 2}, 7),  # BandMF's noise memory and cyclic parts go on
     # stopped in the public phase between two decelerator checks (steps 0, 10, 20, …): the monitor goes on
     pytest.param("continual", {"switch_step": -1, "switch_threshold": 0.95, "epochs": 6}, 15,  # it switches at 30
                  marks=pytest.mark.slow),
-], ids=["lp-fft", "lora", "sparse", "continual", "continual-public"])
+], ids=["lp-fft", "lora", "sparse", "continual", "bandmf", "continual-public"])
 def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(strategy, extra, at, cache_dir, tmp_path):
     cfg = RunConfig(strategy=strategy, **{**CFG, **extra})
     full = dpviz.run(cfg, cache_dir=tmp_path / "full")
