@@ -8,6 +8,7 @@ first: a shipped answer is instant and trains nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -133,8 +134,14 @@ def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
     where no entry shares ``key``'s strategy, dataset and backbone. Closest: the fewest differing fields, then
     the smallest Σ |log(asked / grid's)| over the numeric ones."""
     asked = json.loads(key)
+    # a field a grid key leaves out is at its default (`key_of` drops fields added later where not hashed)
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+    def full(k: dict) -> dict:
+        return {**{f: defaults.get(f) for f in asked if f not in k}, **k}
 
     def distance(k: dict) -> tuple[int, float]:
+        k = full(k)
         diff = [f for f in set(asked) | set(k) if asked.get(f) != k.get(f)]
         spread = sum(abs(math.log(asked[f] / k[f])) for f in diff if isinstance(asked.get(f), (int, float))
                      and isinstance(k.get(f), (int, float)) and asked[f] > 0 and k[f] > 0)
@@ -145,7 +152,7 @@ def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
     if not near:
         return None
     best = min(near)[1]
-    grid = json.loads(best)
+    grid = full(json.loads(best))
     return best, {f: (asked.get(f), grid.get(f)) for f in sorted(set(asked) | set(grid)) if asked.get(f) != grid.get(f)}
 
 
