@@ -17,6 +17,8 @@ from dpviz.privacy.accounting import Phase
 from dpviz.store import Store
 from dpviz.training.loop import Loop
 
+from mechanism import independent_epsilon  # dp_accounting's PLD, written outside dpviz's accounting
+
 DELTA = 1e-5
 
 
@@ -54,17 +56,6 @@ def test_the_noise_is_m_inverse_z_from_b_minus_one_vectors_of_memory(bands):
 def test_one_band_is_the_fresh_draw_itself():
     z = [torch.randn(3)]
     assert bandmf.BandedNoise(1)(z) is z
-
-
-def independent_epsilon(history, delta):
-    """dp_accounting's PLD of (σ, q, T) entries, written here, not through dpviz's accountants."""
-    from dp_accounting import dp_event
-    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
-
-    acc = PLDAccountant(value_discretization_interval=1e-4)
-    acc.compose(dp_event.ComposedDpEvent([dp_event.SelfComposedDpEvent(
-        dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(s)), t) for s, q, t in history]))
-    return float(acc.get_epsilon(delta))
 
 
 def test_bandmf_is_accounted_as_dp_sgd_over_t_over_b_steps_at_rate_b_q():

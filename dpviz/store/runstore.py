@@ -38,11 +38,11 @@ from dpviz.store import artifacts
 from dpviz.store import checks
 from dpviz.errors import Cancelled, ConfigError, StoreError
 from dpviz.store.runfiles import RunFiles
-from dpviz.store.safefile import locked, write_atomic
-from dpviz.store.owners import owner_alive, process_token  # noqa: F401  (where callers always found them)
+from dpviz.store.safefile import locked
+from dpviz.store.owners import owner_alive, process_token
 from dpviz.store.checks import damaged_database, decode_row, json_or_none
 from dpviz.store.home import default_cache_dir
-from dpviz.store.schema import KINDS, SCHEMA, SHOWN, check_kind, migrate  # noqa: F401  (KINDS, SHOWN: as always)
+from dpviz.store.schema import SCHEMA, SHOWN, check_kind, migrate
 
 
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")

@@ -26,8 +26,7 @@ import optuna
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError
 from dpviz.sweeps.journal import storage
-from dpviz.sweeps.trials import (TS, _eps, config_of, params_of, point_key, recover, run_local,  # noqa: F401
-                                 start_workers, work)
+from dpviz.sweeps.trials import _eps, point_key, recover
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
