@@ -18,7 +18,9 @@ gradient canaries of norm 10·C, clipped and noised like every record, scored fr
 **black-box**: inserted images, scored by the final model's loss. M canaries can show at most the
 *ceiling*; the *ideal attack* scores simulated runs of the exact Gaussian mechanism by their likelihood ratio —
 the most any attack shows on average for that M. One run's ε_lb is random, the ideal's too: its bar is the
-median of 20 runs, its whisker 90 % of them.
+median of 20 runs, its whisker 90 % of them. Under **BandMF** (the form's noise choice) each canary takes part
+only in its own part's steps and is scored on the releases with the correlation undone; the ideal attack is
+then that of the DP-SGD schedule the accountant composes (⌈T/b⌉ steps at rate b·q).
 """)
 st.info(readings.NOTE, icon=":material/shield:")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from dpviz import strategies
 from dpviz.audit import AuditSpec, audit, bounds
@@ -99,6 +100,74 @@ def test_a_white_box_audit_catches_a_broken_mechanism(broken, monkeypatch, store
     else:
         monkeypatch.setattr(clipping, "clip_factors", lambda norms, c, clipping="abadi", mask=None: norms.new_ones(norms.shape))
     cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3)
+    r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
+    assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r
+
+
+def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrelated_releases():
+    """A synthetic BandMF release (b = 3, 11 steps: the last blocks cut short) scored step by step equals the
+    score written with the dense T×T matrix M: y = M·x, then each canary's blocks of b steps from its part's
+    steps, each the likelihood ratio of one participation at rate b·q; and each step adds only canaries of
+    that step's part, at about rate b·q."""
+    from dpviz.audit.canaries import GradientCanaries, inclusion_bits
+    from dpviz.privacy import bandmf
+
+    m, D, T, b, q, sigma = 40, 50, 11, 3, 0.2, 0.7
+    inc = inclusion_bits(m, 3)
+    can = GradientCanaries(inc, seed=3)
+    can.sample_rate = q
+    can.enter_phase(b)
+    p, noise, g = torch.nn.Parameter(torch.zeros(D)), bandmf.BandedNoise(b), torch.Generator().manual_seed(1)
+    _, U = can._directions([p])  # (m, D): every coordinate (D ≤ MAX_COORDS)
+    X, took = [], []
+    for t in range(T):
+        p.grad = torch.zeros(D)
+        can.add([p], clip_norm=1.0)
+        a = torch.linalg.lstsq(U.T, p.grad.double().unsqueeze(1)).solution.squeeze(1)  # (m,) each canary's part
+        took.append(a.round(decimals=6) != 0)
+        assert torch.allclose(a[took[-1]], torch.ones(int(took[-1].sum()), dtype=torch.float64))  # clipped to C
+        p.grad = (p.grad + noise([sigma * torch.randn(D, generator=g)])[0]) / 8.0
+        X.append(U @ p.grad.double() * 8.0)
+        can.observe([p], scale=8.0, noise_std=sigma, clip_norm=1.0)
+    took = torch.stack(took)  # (T, m)
+    parts = torch.arange(m) % b
+    assert all(bool((parts[took[t]] == t % b).all()) for t in range(T)) and not took[:, ~torch.from_numpy(inc)].any()
+    assert 0.5 < took.sum().item() / (inc.sum() * T / b * b * q) < 1.6  # participations at rate b·q per own step
+
+    coef = torch.tensor(bandmf.coefficients(b), dtype=torch.float64)
+    M = sum(torch.diag(torch.full((T - j,), float(coef[j]), dtype=torch.float64), -j) for j in range(b))
+    Y = M @ torch.stack(X)  # (T, m): the releases decorrelated
+    a = float(can._contribution(1.0, "abadi")[0])  # C, as the clip factors compute it
+    want = torch.zeros(m, dtype=torch.float64)
+    for c in range(m):
+        for s in range(c % b, T, b):
+            k = min(b, T - s)
+            dot, norm2 = (coef[:k] * Y[s:s + k, c]).sum(), (coef[:k] ** 2).sum()
+            want[c] += torch.logaddexp(torch.tensor(math.log1p(-b * q), dtype=torch.float64),
+                                       math.log(b * q) + (a * dot - a * a * norm2 / 2) / sigma ** 2)
+    assert np.allclose(can.final_scores(), want.numpy(), rtol=1e-9, atol=1e-9)
+
+
+BANDMF = [("fft", 1.0, 2), ("fft", 4.0, 4)] + [(s, 4.0, 2) for s in strategies.names()]
+
+
+@pytest.mark.parametrize("strategy,eps,bands", BANDMF, ids=[f"{s}-{e:g}-b{b}" for s, e, b in BANDMF])
+def test_a_bandmf_run_stays_above_its_white_box_audit(strategy, eps, bands, store):
+    cls = strategies.get(strategy)
+    cfg = RunConfig(strategy=strategy, epsilon=eps, epochs=max(3, cls.min_epochs), seed=1, mechanism="bandmf",
+                    bands=bands)
+    r = audit(cfg, AuditSpec(canaries=300, confidence=0.99, seed=7), store=store)
+    assert r["epsilon_spent"] <= eps and _eps_lb(r) <= eps, r
+    assert r["config"]["mechanism"] == "bandmf" and r["ideal"]["spread"]["high"] <= r["ceiling"]
+
+
+def test_a_white_box_audit_catches_too_little_correlated_noise(monkeypatch, store):
+    """BandMF's noise at a tenth of σC while the accountant believes the calibrated σ: ε_lb exceeds ε."""
+    from dpviz.privacy import dpsgd
+
+    real = dpsgd.gaussian_noise
+    monkeypatch.setattr(dpsgd, "gaussian_noise", lambda p, std, gen: real(p, 0.1 * std, gen))
+    cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3, mechanism="bandmf", bands=2)
     r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
     assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r
 

@@ -11,6 +11,11 @@ private step; excluded ones are never touched.
   G/C times too large. The auditor sees every released (noisy) gradient sum Z_t and scores canary c by
   the log-likelihood ratio of its projections x_t = ⟨Z_t, u_c⟩ under the claimed mechanism:
   Σ_t log(1 − q + q·exp((a·x_t − a²/2)/(σC)²)), with a the clipped contribution (C for Abadi clipping).
+  Under BandMF (`dpviz.privacy.bandmf`, b bands) canary c belongs to part c mod b, is sampled only at that
+  part's steps, with probability b·q, and the auditor undoes the correlation: y_t = Σ_j m_j·x_{t−j} carries
+  independent N(0, (σC)²) noise, and a participation at step s adds a·m_{t−s} to y_s … y_{s+b−1}, a block no
+  other participation of c overlaps. The score sums over c's blocks log(1 − bq + bq·exp((a·⟨m, y⟩ − a²‖m‖²/2)/(σC)²)),
+  the exact likelihood ratio of the equivalent DP-SGD schedule the accountant composes.
 * `InputCanaries` (black-box): images with a random wrong label (drawn from the private training images,
   or out-of-distribution ±1 patterns); only the final model is seen, scored by −loss.
 """
@@ -23,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dpviz.privacy import bandmf
 from dpviz.privacy import clipping as clip  # module, not the `clipping` arguments below
 
 CANARY_NORM = 10.0  # a gradient canary's norm before clipping, in units of C
@@ -50,6 +56,18 @@ class GradientCanaries:
         self.scores = torch.zeros(self.m, dtype=torch.float64)
         self._space = None  # (params' ids, coordinates S, directions U (m, |S|)) of the current phase
         self.sample_rate = 0.0  # q of the run, set once the schedule is known (`dpviz.audit.run`)
+        self.enter_phase(1)
+
+    def enter_phase(self, bands: int) -> None:
+        """A new phase: a new mechanism, DP-SGD (``bands`` 1) or BandMF, whose noise memory starts empty."""
+        if getattr(self, "bands", 1) > 1:
+            self._close_blocks()
+        self.bands, self._k = bands, 0  # the phase's step
+        self._coef = torch.tensor(bandmf.coefficients(bands), dtype=torch.float64)  # m_0 … m_{b−1}
+        self._part = torch.arange(self.m) % bands  # (m,) canary c's part: it may take part at steps ≡ c (mod b)
+        self._past: list[torch.Tensor] = []  # the last b − 1 projections x_t (m,), newest first
+        self._dot = torch.zeros(self.m, dtype=torch.float64)  # (m,) ⟨m, y⟩ over c's open block
+        self._len = torch.zeros(self.m, dtype=torch.long)  # (m,) steps into c's open block (0: none open)
 
     def _directions(self, params) -> tuple[torch.Tensor, torch.Tensor]:
         """Coordinates S and unit directions U (m, |S|) for this parameter set (new per phase)."""
@@ -75,7 +93,10 @@ class GradientCanaries:
         ``clip_norm`` None: a non-private step (ε = ∞), whose canaries enter unclipped.
         """
         S, U = self._directions(params)
-        sampled = self.included & (torch.rand(self.m, generator=self.gen) < self.sample_rate)  # (m,)
+        b = self.bands
+        sampled = self.included & (torch.rand(self.m, generator=self.gen) < b * self.sample_rate)  # (m,)
+        if b > 1:  # cyclic Poisson sampling: only this step's part
+            sampled &= self._part == self._k % b
         a = self._contribution(clip_norm, clipping, int(sampled.sum()))
         delta = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
         delta[S] = (a @ U[sampled]) * scale  # Σ_c a_c u_c on the coordinates S
@@ -91,11 +112,46 @@ class GradientCanaries:
         if noise_std == 0:  # no noise: the projection itself
             self.scores += x
             return
-        a, s2, q = float(self._contribution(clip_norm, clipping)[0]), noise_std ** 2, self.sample_rate
-        self.scores += torch.logaddexp(torch.tensor(math.log1p(-q), dtype=torch.float64),
-                                       math.log(q) + (a * x - a * a / 2) / s2)
+        self._a, self._s2 = float(self._contribution(clip_norm, clipping)[0]), noise_std ** 2
+        if self.bands == 1:
+            self.scores += self._llr(x, torch.ones_like(x))
+            return
+        self._banded(x)
+
+    def _llr(self, dot: torch.Tensor, norm2: torch.Tensor) -> torch.Tensor:
+        """(m,) log-likelihood ratio of one participation opportunity: released ⟨m, y⟩ = ``dot`` over a block
+        of squared coefficient norm ``norm2`` (1 for DP-SGD's single step), sampled with probability b·q."""
+        a, p = self._a, self.bands * self.sample_rate
+        return torch.logaddexp(torch.tensor(math.log1p(-p), dtype=torch.float64),
+                               math.log(p) + (a * dot - a * a * norm2 / 2) / self._s2)
+
+    def _banded(self, x: torch.Tensor) -> None:
+        """One BandMF step: decorrelate x_t into y_t, close the blocks of the canaries whose part starts a
+        new one here, and add m_j·y_t to every open block (j its step into the block)."""
+        y = self._coef[0] * x
+        for mk, past in zip(self._coef[1:], self._past):
+            y += mk * past
+        self._past = [x, *self._past][: self.bands - 1]
+        starting = self._part == self._k % self.bands
+        self._close_blocks(starting)
+        self._len[starting] = 0
+        open_ = starting | (self._len > 0)
+        self._dot[open_] += self._coef[self._len[open_]] * y[open_]
+        self._len[open_] += 1
+        self._k += 1
+
+    def _close_blocks(self, which: torch.Tensor | None = None) -> None:
+        """Add the score of the open blocks among ``which`` (all of them by default); a block cut short by
+        the phase's end counts its first coefficients only."""
+        done = self._len > 0 if which is None else which & (self._len > 0)
+        if done.any():
+            norm2 = (self._coef ** 2).cumsum(0)[self._len[done] - 1]
+            self.scores[done] += self._llr(self._dot[done], norm2)
+        self._dot[done], self._len[done] = 0.0, 0
 
     def final_scores(self, model=None, device=None) -> np.ndarray:
+        if self.bands > 1:
+            self._close_blocks()
         return self.scores.numpy().copy()
 
 

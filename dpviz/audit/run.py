@@ -109,9 +109,6 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     from dpviz.audit import canaries as canary_mod  # torch: only when an audit trains
 
     spec = spec or AuditSpec()
-    if cfg.mechanism != "dp-sgd":  # the canaries' scores and the ideal attack assume independent noise per step
-        raise ConfigError("mechanism", "dp-sgd for an audit (its canaries are scored against independent noise)",
-                          cfg.mechanism)
     store = store or Store(cache_dir)
     cfg, _ = resolved(cfg, store)
     key = spec.key(cfg)
@@ -199,10 +196,11 @@ def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
         "audit": True,
     }
     if spec.threat == "white-box" and cfg.private:
-        ideal = bounds.ideal_scores(included, steps=out["steps"], sample_rate=prep.sample_rate,
-                                    noise_multiplier=out["noise_multiplier"], seed=spec.seed)
+        # the exact mechanism: DP-SGD's, or the DP-SGD schedule a BandMF phase is exactly as private as
+        sigma, q, _ = prep.phases[0].accounted()
+        steps = sum(p.accounted()[2] for p in prep.phases)
+        exact = {"steps": steps, "sample_rate": q, "noise_multiplier": sigma, "seed": spec.seed}
+        ideal = bounds.ideal_scores(included, **exact)
         out["ideal"] = bounds.best_bounds(ideal, included, delta=delta, confidence=spec.confidence)
-        out["ideal"]["spread"] = bounds.ideal_spread(included, steps=out["steps"], sample_rate=prep.sample_rate,
-                                                     noise_multiplier=out["noise_multiplier"], seed=spec.seed,
-                                                     delta=delta, confidence=spec.confidence)
+        out["ideal"]["spread"] = bounds.ideal_spread(included, **exact, delta=delta, confidence=spec.confidence)
     return out

@@ -215,6 +215,8 @@ class Loop:
         self.noise = bandmf.BandedNoise(self.bands) if s.private and self.bands > 1 else None
         if state is not None and self.noise is not None and state.get("noise_memory"):
             self.noise.load_state_dict(state["noise_memory"], self.dev)
+        if getattr(self.prep.canaries, "virtual", False):  # an audit's white-box canaries follow the mechanism
+            self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1)
         self._t = time.perf_counter()
         try:
             for k in range(start, plan.steps):
