@@ -134,3 +134,37 @@ def test_bands_are_refused_where_they_mean_nothing_or_cannot_be_sampled():
         dpviz.runner.preview(RunConfig(mechanism="bandmf", bands=64, batch_size=256))  # 64 · q > 1
     with pytest.raises(ConfigError, match="mechanism: one of dp-sgd, bandmf"):
         RunConfig(mechanism="dp-ftrl")
+
+
+@pytest.mark.parametrize("bands", [1, 2, 4, 8])
+def test_the_noise_factor_is_the_running_sums_noise_per_step_relative_to_dp_sgd(bands):
+    """κ(T) = ‖1ᵀM⁻¹‖²/T, written with the dense T×T matrix M; its long-run value; and BandedNoise's own
+    running sums, whose variance over draws is κ(T)·T."""
+    T = 40
+    m = bandmf.coefficients(bands)
+    M = sum(torch.diag(torch.full((T - j,), m[j], dtype=torch.float64), -j) for j in range(bands))
+    rows = torch.linalg.solve_triangular(M.T, torch.ones(T, 1, dtype=torch.float64), upper=True)  # M⁻ᵀ1
+    assert bandmf.noise_factor(bands, T) == pytest.approx(float(rows.pow(2).sum()) / T, rel=1e-9)
+    assert bandmf.noise_factor(bands) == pytest.approx(bandmf.noise_factor(bands, 20000), rel=2e-3)
+    assert (bandmf.noise_factor(bands) < 1) == (bands > 1)
+    noise, g = bandmf.BandedNoise(bands), torch.Generator().manual_seed(bands)
+    total = torch.zeros(20000, dtype=torch.float64)
+    for _ in range(T):
+        total += noise([torch.randn(20000, generator=g, dtype=torch.float64)])[0]
+    assert float(total.var()) / T == pytest.approx(bandmf.noise_factor(bands, T), rel=0.05)
+
+
+def test_a_bandmf_runs_curvature_scales_its_decelerator_by_the_noise_factor(tmp_path):
+    from dpviz.analyses.service import model_checkpoint
+    from dpviz.privacy import curvature
+
+    store = Store(tmp_path)
+    s = dpviz.run(RunConfig(strategy="fft", epsilon=8.0, epochs=1, mechanism="bandmf", bands=4,
+                            checkpoint_every=4), store=store)
+    ck = model_checkpoint(store, s["run_id"], store.weight_steps(s["run_id"])[0], batch=32)
+    assert ck.noise_factor == bandmf.noise_factor(4) and ck.noise_multiplier == s["phases"][0]["noise_multiplier"]
+    kw = dict(gtg=1.0, gthg=2.0, trace=3.0, tr_h_sigma=4.0, noise_multiplier=2.0, batch_size=8.0, clip_norm=1.0,
+              clip_factor_mean=0.5)
+    plain = curvature.improvement_terms(**kw)["terms"]["decelerator"]
+    assert plain == pytest.approx(4 * 3 / (64 * 0.25))
+    assert curvature.improvement_terms(**kw, noise_factor=0.3)["terms"]["decelerator"] == pytest.approx(0.3 * plain)

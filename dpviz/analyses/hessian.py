@@ -32,6 +32,8 @@ class Checkpoint:
         trainable: the phase's trainable set at this step ("all", "head", "last:k").
         noise_multiplier: σ of that phase (0 for a non-private phase).
         batch_size: expected batch B = q·n. clip_norm: C. clipping: "abadi" or "auto-s".
+        noise_factor: κ of the run's noise mechanism (`dpviz.privacy.bandmf.noise_factor`): 1 for DP-SGD,
+            below 1 for BandMF, whose correlated noise partly cancels in the running sum of updates.
     """
 
     model: nn.Module
@@ -42,6 +44,7 @@ class Checkpoint:
     batch_size: float
     clip_norm: float
     clipping: str = "abadi"
+    noise_factor: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,9 +103,10 @@ def hessian(ck: Checkpoint, *, batch: int, rtol: float, max_probes: int, min_pro
     c = float(clip_factors(norms, ck.clip_norm, ck.clipping).mean())
     t = curvature.improvement_terms(gtg=gtg, gthg=gthg, trace=tr.value, tr_h_sigma=ths.value,
                                     noise_multiplier=ck.noise_multiplier, batch_size=ck.batch_size,
-                                    clip_norm=ck.clip_norm, clip_factor_mean=c)
+                                    clip_norm=ck.clip_norm, clip_factor_mean=c, noise_factor=ck.noise_factor)
     dec = {"value": t["terms"]["decelerator"], "noise_multiplier": ck.noise_multiplier,
-           "batch_size": ck.batch_size, "clip_norm": ck.clip_norm, "clip_factor": c, "clipping": ck.clipping}
+           "batch_size": ck.batch_size, "clip_norm": ck.clip_norm, "clip_factor": c, "clipping": ck.clipping,
+           **({"noise_factor": ck.noise_factor} if ck.noise_factor != 1.0 else {})}
     return HessianResult(trace=tr.value, stderr=tr.stderr, probes=tr.samples,
                          blocks={k: {"trace": e.value, "stderr": e.stderr} for k, e in blocks.items()},
                          gtg=gtg, gthg=gthg, tr_h_sigma=ths.value, tr_h_sigma_stderr=ths.stderr, clip_factor=c,

@@ -7,6 +7,7 @@ import functools
 import json
 
 from dpviz.errors import ConfigError, StoreError
+from dpviz.privacy import bandmf
 from dpviz.store import Store
 from dpviz.analyses import REGISTRY, layers, run_analysis
 
@@ -120,7 +121,8 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     sigma = prep.phases[0].noise_multiplier if cfg.private and prep.phases else 0.0
     return Checkpoint(model=model, x=b.x_train[idx].to(prep.device), y=b.y_train[idx].to(prep.device),
                       trainable=plan_at(prep.plans, step).trainable, noise_multiplier=sigma,
-                      batch_size=cfg.batch_size, clip_norm=cfg.clip_norm, clipping=cfg.clipping)
+                      batch_size=cfg.batch_size, clip_norm=cfg.clip_norm, clipping=cfg.clipping,
+                      noise_factor=bandmf.noise_factor(cfg.bands) if cfg.mechanism == "bandmf" else 1.0)
 
 
 def weights_at(store: Store, run_id: str, step: int, keep_weights: str) -> dict:

@@ -46,6 +46,36 @@ def coefficients(bands: int) -> tuple[float, ...]:
     return tuple(c / norm for c in r)
 
 
+def inverse_coefficients(bands: int, steps: int) -> list[float]:
+    """a_0, …, a_{T−1}: the first ``steps`` coefficients of M⁻¹ (Toeplitz, not banded), the series inverse of
+    m(x): w_t = Σ_k a_k z_{t−k}."""
+    m = coefficients(bands)
+    a: list[float] = []
+    for n in range(steps):
+        a.append(((1.0 if n == 0 else 0.0) - sum(m[k] * a[n - k] for k in range(1, min(n, bands - 1) + 1))) / m[0])
+    return a
+
+
+def noise_factor(bands: int, steps: int | None = None) -> float:
+    """κ: the variance of the noise in the running sum of ``steps`` updates, per step, relative to DP-SGD's at
+    the same σ (DP-SGD's is T·σ²C²; BandMF's is κ·T·σ²C²). This is what multiplies the curvature analysis's
+    decelerator σ²C²·tr(H)/(B²c²) over a horizon of T steps (`dpviz.privacy.curvature`).
+
+    The noise of the sum is 1ᵀM⁻¹Z, whose column j has the partial sum S_{T−1−j} of M⁻¹'s coefficients, so
+    κ(T) = Σ_{n<T} S_n² / T. ``steps`` None: the long run, S_n → 1/m(1), so κ = 1/(Σ_k m_k)² (≤ 1, equal only
+    at b = 1). A single step's own noise is larger instead: its variance is Σ_k a_k² ≥ 1 times DP-SGD's.
+    """
+    if steps is None:
+        return 1.0 / sum(coefficients(bands)) ** 2
+    if steps < 1:
+        raise ValueError(f"steps: at least 1; got {steps}")
+    total, partial = 0.0, 0.0
+    for a in inverse_coefficients(bands, steps):
+        partial += a
+        total += partial * partial
+    return total / steps
+
+
 def dpsgd_equivalent(*, sigma: float, sample_rate: float, steps: int, bands: int) -> tuple[float, float, int]:
     """(σ, q, T) of the DP-SGD schedule exactly as private as ``steps`` BandMF steps with cyclic Poisson
     sampling over ``bands`` parts: (σ, b·q, ⌈T/b⌉). b = 1 returns its input."""

@@ -135,17 +135,20 @@ def sigma_trace(lc: LossCurvature, m: int, generator: torch.Generator) -> tuple[
 
 
 def improvement_terms(*, gtg: float, gthg: float, trace: float, tr_h_sigma: float, noise_multiplier: float,
-                      batch_size: float, clip_norm: float, clip_factor_mean: float) -> dict:
+                      batch_size: float, clip_norm: float, clip_factor_mean: float, noise_factor: float = 1.0) -> dict:
     """The denominator's terms, the best learning rate and the best per-step improvement.
 
     Args:
         gtg: GᵀG. gthg: GᵀHG. trace: tr(H). tr_h_sigma: tr(HΣ).
         noise_multiplier: σ (0 without DP). batch_size: expected B = q·n.
         clip_norm: C. clip_factor_mean: c, the mean per-sample clip factor.
+        noise_factor: κ, the per-step variance of the noise in the running sum of updates relative to
+            independent noise (`dpviz.privacy.bandmf.noise_factor`): 1 for DP-SGD; for BandMF the decelerator
+            over many steps is κ·σ²C²tr(H)/(B²c²), its σ the larger one BandMF's accounting calibrates.
     """
     c = max(clip_factor_mean, 1e-12)
     terms = {"curvature": gthg, "sampling": tr_h_sigma / batch_size,
-             "decelerator": noise_multiplier ** 2 * clip_norm ** 2 * trace / (batch_size ** 2 * c ** 2)}
+             "decelerator": noise_factor * noise_multiplier ** 2 * clip_norm ** 2 * trace / (batch_size ** 2 * c ** 2)}
     D = sum(terms.values())
     return {"terms": terms, "denominator": D, "dominant": max(terms, key=lambda k: abs(terms[k])),
             "lr_star": gtg / (c * D) if D > 0 else math.inf,
