@@ -6,12 +6,15 @@ import json
 import re
 from pathlib import Path
 
+from dpviz import reproduce
+
 FOLDER = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
-def scorecard_rows(task: str, size: str = "small") -> dict[str, dict]:
-    """The rows `bench/run_scorecard.py` wrote for ``task`` at ``size`` (claim id → row), or {} where it has not."""
-    name = f"scorecard_{task}" + (f"_{size}" if size != "small" else "")
+def scorecard_rows(task: str, size: str = "small", changes: dict | None = None) -> dict[str, dict]:
+    """The rows `bench/run_scorecard.py` wrote for ``task`` at ``size`` (claim id → row), or {} where it has not;
+    ``changes``: a pass with fields set on every run (`--set`, e.g. mechanism bandmf)."""
+    name = reproduce.results_name(task, size, changes)
     try:
         return {r["id"]: r for r in json.loads((FOLDER / "rows" / f"{name}.json").read_text())["rows"]}
     except (OSError, ValueError, KeyError, TypeError):
@@ -25,12 +28,12 @@ def _results(name: str) -> dict:
         return {}
 
 
-def scorecard_verdicts(task: str, size: str = "small") -> dict[str, dict]:
+def scorecard_verdicts(task: str, size: str = "small", changes: dict | None = None) -> dict[str, dict]:
     """The project's own measured rows for ``task`` at ``size``: the full rows (with their figures' curves) where
     `bench/run_scorecard.py` wrote them, else the verdict and reading of its results table (claim id → row, each
     marked ``"file": True``); {} where no pass was measured."""
-    name = f"scorecard_{task}" + (f"_{size}" if size != "small" else "")
-    if full := scorecard_rows(task, size):
+    name = reproduce.results_name(task, size, changes)
+    if full := scorecard_rows(task, size, changes):
         return {k: {**r, "file": True} for k, r in full.items()}
     doc = _results(name)
     cols, seeds = doc.get("columns", []), _seeds(doc)
@@ -47,9 +50,9 @@ def _seeds(doc: dict) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def provenance(task: str, size: str = "small") -> str | None:
+def provenance(task: str, size: str = "small", changes: dict | None = None) -> str | None:
     """Where ``task``'s measured scorecard comes from: its command, machine and date (None: no file)."""
-    doc = _results(f"scorecard_{task}" + (f"_{size}" if size != "small" else ""))
+    doc = _results(reproduce.results_name(task, size, changes))
     if not doc.get("command"):
         return None
     return f"`{doc['command']}` on {doc.get('machine', 'an unrecorded machine')}, {doc.get('date', 'undated')}"

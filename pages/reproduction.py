@@ -163,3 +163,48 @@ if scaled_tasks:
             what = "; ".join(f"{size} ({source[size]}): {r['preset']}, {r['seeds']} seeds" for size, r in rows_at.items())
             runs.render_export(fig, data, [], f"dpviz_claim_{cl.id}_{st_task}_sizes", f"re_scale_exp_{cl.id}",
                                private=cl.private, caption=f"{cl.id} on {st_task} along the scale axis — {what}")
+
+st.subheader("4 · Under correlated noise (BandMF)")
+st.markdown("Does a claim read the same when every run's noise is BandMF's banded correlated noise instead of DP-SGD's "
+            "independent noise, at the same ε (the Correlated noise guide)? The same experiments with the mechanism "
+            "set on every run: `python -m dpviz reproduce --set mechanism=bandmf bands=2`. Rows come from this store "
+            "where all their runs are in it, else from the measured pass's results file (*file*).")
+c = st.columns([1, 3])
+noise_bands = c[0].selectbox("bands b", [2, 4], key="re_bands")
+noise_task = c[1].selectbox("task", TASKS, key="re_noise_task", format_func=lambda t: tasks.task(t).label)
+changes = {"mechanism": "bandmf", "bands": noise_bands}
+
+
+def verdicts_of(t: str, ch: dict | None) -> dict[str, dict]:
+    """Claim id → row on task ``t`` under ``ch``: this store's read rows, else the measured pass's file."""
+    here = {} if running else {r["id"]: r for r in reproduce.stored_rows(
+        claims, task=t, seeds=tuple(range(seeds)), changes=ch, cache_dir=state.store().root)
+        if r["verdict"] != reproduce.NOT_READ}
+    return {**{k: r for k, r in published.scorecard_verdicts(t, changes=ch).items() if k in claims}, **here}
+
+
+plain, banded = verdicts_of(noise_task, None), verdicts_of(noise_task, changes)
+both = [cl for cl in reproduce.CLAIMS if cl.id in plain and cl.id in banded]
+if not banded:
+    st.info(f"No claim has been read under BandMF b = {noise_bands} on this task yet, in this store or in a results "
+            f"file: `python -m dpviz reproduce --task {noise_task} --set mechanism=bandmf bands={noise_bands}`.")
+else:
+    st.dataframe(pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, "DP-SGD": cell(plain.get(cl.id)),
+                                f"BandMF b = {noise_bands}": cell(banded.get(cl.id)),
+                                "the same?": ("yes" if plain[cl.id]["verdict"] == banded[cl.id]["verdict"] else "no")
+                                if cl in both else "—"}
+                               for cl in reproduce.CLAIMS if cl.id in banded]), hide_index=True, key="re_noise_table")
+    differ = [cl.id for cl in both if plain[cl.id]["verdict"] != banded[cl.id]["verdict"]]
+    layout.reading(f"Under BandMF b = {noise_bands} on {tasks.task(noise_task).label}, "
+                   f"{len(both) - len(differ)} of {len(both)} claims read on both mechanisms get the same verdict"
+                   + (f"; {', '.join(differ)} {'differs' if len(differ) == 1 else 'differ'}: a verdict that moves by "
+                      "less than the seeds' spread is no finding, so read each row's measurement below." if differ
+                      else ": correlated noise changes none of them.")
+                   + (f" Not read under BandMF yet: {', '.join(sorted(set(plain) - set(banded)))}."
+                      if set(plain) - set(banded) else ""))
+    if prov := published.provenance(noise_task, changes=changes):
+        st.caption(f"*file*: {prov}")
+    for cl in [cl for cl in both if cl.id in differ]:
+        with st.expander(f"{cl.id} under both mechanisms: {cl.sentence}"):
+            for name, r in (("DP-SGD", plain[cl.id]), (f"BandMF b = {noise_bands}", banded[cl.id])):
+                layout.reading(f"**{name}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")

@@ -680,3 +680,32 @@ def test_the_server_runs_no_full_garbage_collection_after_each_script_run():
 
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert cfg["runner"]["postScriptGC"] is False
+
+
+def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env, monkeypatch, tmp_path):
+    """DP-SGD's rows from the store, BandMF b = 2's only from a results file (a fresh clone's case): a table of
+    both verdicts and a reading that names the claim that differs; at b = 4, with none, the command to run."""
+    from dashboard import published
+    from dpviz import reproduce
+
+    def row(claim, first, second):
+        groups = {g: [{"test_accuracy": a, "run_id": f"{claim}-{g}-{i}"} for i, a in enumerate(v)]
+                  for g, v in zip(("DP-LP-FFT", "DP-FFT"), (first, second))}
+        return reproduce.row(reproduce.REGISTRY["000-lpfft"], None, groups, "default") | {"id": claim}
+
+    good, bad = ([0.70, 0.71, 0.72], [0.60, 0.61, 0.62]), ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", changes=None, **kw:
+                        [row("000-lpfft", *good), row("003-sparse", *good)] if task == "default" and not changes else [])
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "rows" / "scorecard_default_bandmf-b2.json").write_text(json.dumps(
+        {"rows": [row("000-lpfft", *good), row("003-sparse", *bad)]}))
+    monkeypatch.setattr(published, "FOLDER", tmp_path)
+    at = open_page("pages/reproduction.py")
+    assert not at.exception, [e.value for e in at.exception]
+    table = next(d.value for d in at.dataframe if "BandMF b = 2" in d.value).set_index("claim")
+    assert table.loc["000-lpfft", "the same?"] == "yes" and table.loc["003-sparse", "the same?"] == "no"
+    assert table.loc["003-sparse", "BandMF b = 2"] == "does not (3 seeds) · file"
+    assert any("1 of 2 claims read on both mechanisms get the same verdict; 003-sparse differs" in m.value
+               for m in at.markdown), [m.value for m in at.markdown]
+    at.selectbox(key="re_bands").set_value(4).run()
+    assert any("python -m dpviz reproduce --task default --set mechanism=bandmf bands=4" in i.value for i in at.info)

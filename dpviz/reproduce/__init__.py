@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dpviz.reproduce.claims import (CLAIMS, FRACTIONS, MODELS, PAPERS, PRIVATE_NOTE, REGISTRY, SCALE, SCALE_NAMES, SCALES,
                      SEED_FILES, SWEEPS, Claim, at_scale, scorecard_config, size_fields, steps_of)
-from dpviz.reproduce.scorecard import ONE_SEED, plan, row, run, stored_rows, unreadable_row
+from dpviz.reproduce.scorecard import ONE_SEED, plan, results_name, row, run, stored_rows, unreadable_row, variant
 from dpviz.reproduce.verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDICTS, best_p, compare, fit_r2, fit_rho, fmt, judge_decelerator,
                        judge_dip, judge_interior, judge_law, judge_law_breaks, judge_pair, judge_public_first,
                        judge_shift, mean_std)
@@ -23,5 +23,5 @@ from dpviz.reproduce.verdicts import (AGREES, DOES_NOT, NOT_READ, PARTLY, VERDIC
 __all__ = ["AGREES", "CLAIMS", "Claim", "DOES_NOT", "FRACTIONS", "MODELS", "NOT_READ", "ONE_SEED", "PAPERS", "PARTLY",
            "PRIVATE_NOTE", "REGISTRY", "SCALE", "SCALES", "SCALE_NAMES", "SEED_FILES", "SWEEPS", "VERDICTS", "best_p", "compare", "fit_r2", "fit_rho",
            "fmt", "judge_decelerator", "judge_dip", "judge_interior", "judge_law", "judge_law_breaks", "judge_pair",
-           "judge_public_first", "judge_shift", "mean_std", "plan", "row", "run", "scorecard_config", "stored_rows",
-           "unreadable_row", "at_scale", "size_fields", "steps_of"]
+           "judge_public_first", "judge_shift", "mean_std", "plan", "results_name", "row", "run", "scorecard_config", "stored_rows",
+           "unreadable_row", "variant", "at_scale", "size_fields", "steps_of"]

@@ -4,6 +4,8 @@ A claim that cannot be read on the task gets a row that says why instead of a ve
 
 from __future__ import annotations
 
+import re
+
 import threading
 from typing import Callable
 
@@ -172,6 +174,21 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
     pool.run(pool.Items(configs, partial(run_one, cache_dir=str(cache_dir), resume=True)), workers=n, here=False,
              progress=heard, cancel=cancel)
     return finished
+
+
+def variant(changes: dict | None) -> str:
+    """A name for the fields a scorecard changes on every run ("" for none; the device is no part of a run's
+    hash and is left out): "bandmf-b2" for mechanism bandmf with 2 bands, else "field-value" words."""
+    c = {k: v for k, v in (changes or {}).items() if k != "device"}
+    words = [f"bandmf-b{c.pop('bands', 1)}"] if c.pop("mechanism", "dp-sgd") == "bandmf" else []
+    words += [f"{k}-{v}" for k, v in sorted(c.items())]
+    return "_".join(re.sub(r"[^\w.-]", "", w) for w in words)
+
+
+def results_name(task: str, scale: str = "small", changes: dict | None = None) -> str:
+    """The results file `bench/run_scorecard.py` writes for a pass: scorecard_<task>[_<scale>][_<variant>]."""
+    name = f"scorecard_{task}" + (f"_{scale}" if scale != "small" else "")
+    return name + (f"_{v}" if (v := variant(changes)) else "")
 
 
 def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None,
