@@ -11,6 +11,7 @@ import pytest
 
 from dpviz import data
 from dpviz.config import RunConfig
+from dpviz.errors import ConfigError
 from dpviz.privacy import accounting, selection
 from dpviz.privacy.accounting import Phase
 from dpviz.store import Store
@@ -284,3 +285,22 @@ def test_a_cancelled_private_search_stops_within_its_trial_and_leaves_nothing(ca
     assert [(i, s) for i, s, _ in seen if s is None] == [(0, None), (1, None)]  # the third trial never began
     assert store.list_runs(kind=("user", "trial", "search")) == []
     assert store.get_search(search.key())["status"] == "cancelled"
+
+
+def test_a_bandmf_trial_is_accounted_as_its_equivalent_dp_sgd_schedule_and_the_search_stays_within_its_total():
+    """A BandMF phase's trial event composes ⌈T/b⌉ steps at rate b·q (its equivalent DP-SGD schedule), so its
+    ε is that schedule's; a planned BandMF search meets its total, and its σ is larger than DP-SGD's (fewer,
+    less amplified steps); b·q > 1 is refused in one line."""
+    banded = [Phase(name="fft", steps=40, noise_multiplier=2.0, sample_rate=0.1, clip_norm=1.0, bands=4)]
+    equivalent = [Phase(name="fft", steps=10, noise_multiplier=2.0, sample_rate=0.4, clip_norm=1.0)]
+    kw = dict(score_sigma=20.0, delta=DELTA)
+    assert selection.trial_epsilon(phases=banded, **kw) == pytest.approx(selection.trial_epsilon(phases=equivalent, **kw))
+    assert selection.trial_epsilon(phases=banded, **kw) != pytest.approx(
+        selection.trial_epsilon(phases=[Phase(**{**banded[0].to_dict(), "bands": 1})], **kw), rel=1e-2)
+    base = dict(space={"lr_ft": (0.01, 1.0)}, total_epsilon=4.0, distribution="poisson", mean_trials=3)
+    sgd = private.plan(private.PrivateSearch(base=RunConfig(strategy="fft"), **base))
+    band = private.plan(private.PrivateSearch(base=RunConfig(strategy="fft", mechanism="bandmf", bands=2), **base))
+    assert band.search_epsilon <= 4.0 and [p.bands for p in band.phases] == [2]
+    assert band.noise_multiplier > sgd.noise_multiplier
+    with pytest.raises(ConfigError, match="^bands: at most"):
+        private.plan(private.PrivateSearch(base=RunConfig(strategy="fft", mechanism="bandmf", bands=8), **base))

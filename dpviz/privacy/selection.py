@@ -74,12 +74,12 @@ def _events():
 
 def trial_event(*, phases: list[Phase], score_sigma: float | None):
     """One trial as a dp_accounting event: its DP-SGD phases (Poisson-sampled Gaussians, each composed over
-    its steps) and, when ``score_sigma`` is given, the Gaussian-noised count it is scored by (sensitivity
-    1 under adding or removing one example: one example changes the count of correct predictions by at
-    most 1)."""
+    its steps; a BandMF phase as the DP-SGD schedule it is exactly as private as, `Phase.accounted`) and,
+    when ``score_sigma`` is given, the Gaussian-noised count it is scored by (sensitivity 1 under adding or
+    removing one example: one example changes the count of correct predictions by at most 1)."""
     ev = _events()
-    parts = [ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(p.sample_rate, ev.GaussianDpEvent(p.noise_multiplier)),
-                                    p.steps) for p in phases if p.steps > 0]
+    parts = [ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(sigma)), steps)
+             for sigma, q, steps in (p.accounted() for p in phases) if steps > 0]
     if score_sigma is not None:
         parts.append(ev.GaussianDpEvent(score_sigma))
     return ev.ComposedDpEvent(parts)

@@ -116,9 +116,6 @@ def check(s: PrivateSearch) -> None:
         raise ConfigError("score_noise", "a number in [0.001, 1] (std of the noisy held-out accuracy)", s.score_noise)
     if not s.base.private:
         raise ConfigError("epsilon", "a private base config (the search sets each trial's ε)", "inf")
-    if s.base.mechanism != "dp-sgd":  # Papernot & Steinke's trial events here are DP-SGD's phases
-        raise ConfigError("mechanism", "dp-sgd for a private search (its trials are accounted as DP-SGD)",
-                          s.base.mechanism)
     if not selection.available():
         from dpviz.errors import missing_package
 
@@ -157,8 +154,9 @@ def plan(s: PrivateSearch, *, extra_records: int = 0) -> Plan:
     n = shape.n + extra_records
     calibration.check_delta(cfg, n)
     plans, q = calibration.schedule(cfg, n, blocks)
+    bands = calibration.bands(cfg, q)  # a BandMF trial is accounted as its equivalent DP-SGD schedule
     phases = [accounting.Phase(name=p.name, steps=p.steps, noise_multiplier=0.0, sample_rate=q,
-                               clip_norm=cfg.clip_norm) for p in plans if not p.public]
+                               clip_norm=cfg.clip_norm, bands=bands) for p in plans if not p.public]
     score_sigma = s.score_noise * holdout
     kw = dict(score_sigma=score_sigma, mean_trials=s.mean_trials, distribution=s.distribution, nb_shape=s.nb_shape)
     try:
