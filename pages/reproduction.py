@@ -189,7 +189,7 @@ if not banded:
     st.info(f"No claim has been read under BandMF b = {noise_bands} on this task yet, in this store or in a results "
             f"file: `python -m dpviz reproduce --task {noise_task} --set mechanism=bandmf bands={noise_bands}`.")
 else:
-    st.dataframe(pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, "DP-SGD": cell(plain.get(cl.id)),
+    st.dataframe(pd.DataFrame([{"claim": cl.id, "DP-SGD": cell(plain.get(cl.id)),  # statements: the table above
                                 f"BandMF b = {noise_bands}": cell(banded.get(cl.id)),
                                 "the same?": ("yes" if plain[cl.id]["verdict"] == banded[cl.id]["verdict"] else "no")
                                 if cl in both else "—"}
