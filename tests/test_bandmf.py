@@ -168,3 +168,16 @@ def test_a_bandmf_runs_curvature_scales_its_decelerator_by_the_noise_factor(tmp_
     plain = curvature.improvement_terms(**kw)["terms"]["decelerator"]
     assert plain == pytest.approx(4 * 3 / (64 * 0.25))
     assert curvature.improvement_terms(**kw, noise_factor=0.3)["terms"]["decelerator"] == pytest.approx(0.3 * plain)
+
+
+def test_continuals_public_decelerator_carries_the_noise_factor_of_a_bandmf_run():
+    """The automatic switch's decelerator on public data is κ times DP-SGD's at the same σ (same probes)."""
+    from dpviz.privacy.curvature import DeceleratorMonitor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    kw = dict(noise_multiplier=2.0, batch_size=16.0, clip_norm=1.0, clipping="abadi", threshold=0.5, seed=1)
+    plain = DeceleratorMonitor(x, y, **kw).measure(model)
+    banded = DeceleratorMonitor(x, y, **kw, noise_factor=bandmf.noise_factor(4)).measure(model)
+    assert plain != 0 and banded == pytest.approx(bandmf.noise_factor(4) * plain, rel=1e-9)

@@ -72,8 +72,10 @@ def test_switch_batch_sets_the_public_examples_each_check_reads(cache_dir):
     assert runs[16]["run_id"] != runs[256]["run_id"]
     # the default keeps the hash of runs stored before the field; a real task's continual takes 32
     assert "switch_batch" not in RunConfig(strategy="continual").to_json(hashed_only=True)
-    assert dpviz.tasks.config("real-text", strategy="continual").switch_batch == 32
-    assert dpviz.tasks.config("real-text", strategy="fft").switch_batch == 256
+    from dpviz import tasks
+
+    assert tasks.config("real-text", strategy="continual").switch_batch == 32
+    assert tasks.config("real-text", strategy="fft").switch_batch == 256
 
 
 def test_epsilon_counts_only_the_private_phase(cache_dir):

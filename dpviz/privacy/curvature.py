@@ -174,16 +174,18 @@ def predicted_best_batch(*, gtg: float, gthg: float, trace: float, tr_h_sigma: f
 class DeceleratorMonitor:
     """The continual strategy's automatic switch: the decelerator measured on *public* data only.
 
-    At each check the decelerator σ²C²·tr(H)/(B²c²) of the coming private phase (its σ, B, C, and c
-    from a few public per-sample gradients) is estimated on a fixed public batch with a small probe
-    budget; the switch fires once it is ≤ ``threshold`` × its largest value so far.
+    At each check the decelerator κ·σ²C²·tr(H)/(B²c²) of the coming private phase (its σ, B, C, κ of its
+    noise mechanism, and c from a few public per-sample gradients) is estimated on a fixed public batch with
+    a small probe budget; the switch fires once it is ≤ ``threshold`` × its largest value so far.
     """
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, *, noise_multiplier: float, batch_size: float,
-                 clip_norm: float, clipping: str, threshold: float, seed: int = 0, batch: int = 256):
+                 clip_norm: float, clipping: str, threshold: float, seed: int = 0, batch: int = 256,
+                 noise_factor: float = 1.0):
         self.x, self.y = x[:batch], y[:batch]
         self.sigma, self.B, self.C, self.clipping, self.threshold = (noise_multiplier, batch_size, clip_norm,
                                                                      clipping, threshold)
+        self.kappa = noise_factor  # 1 for DP-SGD; BandMF's κ (`dpviz.privacy.bandmf.noise_factor`)
         self.gen = torch.Generator().manual_seed(seed)
         self.history: list[float] = []
 
@@ -197,7 +199,7 @@ class DeceleratorMonitor:
         idx = torch.randperm(len(self.y), generator=self.gen)[:8]
         norms = torch.stack([torch.sqrt(sum(g.pow(2).sum() for g in gs)) for gs in lc.per_sample_grads(idx)])
         c = float(clip_factors(norms, self.C, self.clipping).mean())
-        dec = self.sigma ** 2 * self.C ** 2 * tr.value / (self.B ** 2 * c ** 2)
+        dec = self.kappa * self.sigma ** 2 * self.C ** 2 * tr.value / (self.B ** 2 * c ** 2)
         self.history.append(dec)
         return dec
 

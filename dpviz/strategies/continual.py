@@ -77,12 +77,14 @@ class PublicThenPrivate(Strategy):
         pub = loop.prep.public
         px, py = pub.x_train.to(loop.dev), pub.y_train.to(loop.dev)
         if self.cfg.switch_step < 0 and self.cfg.private:
+            from dpviz.privacy import bandmf
             from dpviz.privacy.curvature import DeceleratorMonitor
 
             c = self.cfg
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,
                                               batch_size=c.batch_size, clip_norm=c.clip_norm, clipping=c.clipping,
-                                              threshold=c.switch_threshold, seed=c.seed, batch=c.switch_batch)
+                                              threshold=c.switch_threshold, seed=c.seed, batch=c.switch_batch,
+                                              noise_factor=bandmf.noise_factor(c.bands if c.mechanism == "bandmf" else 1))
             if self.resumed_monitor is not None:
                 self.monitor.load_state(self.resumed_monitor)
         return loop.setup(module=loop.model, inputs=px, labels=py, private=False,
