@@ -98,8 +98,9 @@ class Loop:
                                        prep.sample_rate, self.count)
         self.padder: shapes.Padder | None = None  # the current phase's (`run_phase`)
         # BandMF (`dpviz.privacy.bandmf`): b fixed parts of the private records, sampled cyclically, and each
-        # private phase's noise memory; b = 1 is DP-SGD (no parts, no memory: the very same draws)
-        self.bands = self.cfg.bands if self.cfg.mechanism == "bandmf" else 1
+        # private phase's noise memory; b = 1 is DP-SGD (no parts, no memory: the very same draws). A validated
+        # config has bands 1 unless its mechanism is bandmf.
+        self.bands = self.cfg.bands
         self.parts = bandmf.parts(len(self.y), self.bands, self.cfg.seed + 3).to(self.dev) if self.bands > 1 else None
         self.noise: bandmf.BandedNoise | None = None
 
