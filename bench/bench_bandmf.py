@@ -23,8 +23,9 @@ def measure(backbone: str, bands: int, B: int, device: str) -> list:
     prep = prepared(backbone=backbone, strategy="fft", device=device)
     x, y = batch(prep, B)
     x, y = x.to(prep.device), y.to(prep.device)
+    prep.model.to(prep.device)  # prepare leaves the model on the CPU; the run's loop moves it as this does
     noise = bandmf.BandedNoise(bands) if bands > 1 else None
-    private, plain, stepper = step_fns(prep, "all", x, y, "auto")
+    private, plain, stepper = step_fns(prep, "all", x, y, "auto", generator=torch.Generator(device=prep.device))
     step = dpsgd.private_step
 
     def correlated(*a, **k):  # the same DP step, its noise through the run's BandMF memory

@@ -36,7 +36,7 @@ from dpviz.training import prepare
 from dpviz.privacy import dpsgd
 
 
-def step_fns(prep, trainable: str, x, y, mode: str, precision: str = "fp32"):
+def step_fns(prep, trainable: str, x, y, mode: str, precision: str = "fp32", generator=None):
     model = prep.model
     prepare.set_trainable(model, trainable)
     module, inputs = (model.head, prepare.backbone_features(model, x, "cpu")) if trainable == "head" else (model, x)
@@ -44,7 +44,7 @@ def step_fns(prep, trainable: str, x, y, mode: str, precision: str = "fp32"):
     opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
     opt_plain = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
     stepper = dpsgd.Stepper(module, mode, precision if mode != "hooks" else "fp32")
-    g = torch.Generator().manual_seed(0)
+    g = (generator or torch.Generator()).manual_seed(0)  # the noise's generator lives on the parameters' device
 
     def private():
         opt.zero_grad(set_to_none=True)

@@ -11,7 +11,12 @@
 #   2. bench/bench_gpu.py --device cuda (runs end to end, two jobs of one server, DP step ÷ plain);
 #   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device);
 #   4. reproduce --task real-vision --scale large, until the call's time is spent (--stop-after).
-# Usage (device machine): bash bench/gpu_call.sh [SECONDS, default 540]
+# PARTS names the parts to run, in this order (default "tests gpu depthwise reproduce"); two more can be named:
+#   bandmf: bench/bench_bandmf.py --device cuda (BandMF's DP step and noise memory ÷ plain, b ∈ {1, 4, 16});
+#   noise:  bench/compare_noise.py on real vision, DP-FFT then DP-LP-FFT, DP-SGD beside BandMF b ∈ {2, 4, 8},
+#           ε ∈ {1, 8}, whole seeds until the call's time is spent (--stop-after);
+#   split:  bench/compare_split.py on real vision, the best LP share under DP-SGD and BandMF b = 4 (--stop-after).
+# Usage (device machine): [PARTS="…"] bash bench/gpu_call.sh [SECONDS, default 540]
 # Dry run here: OUT=/tmp/out DEVICE=cpu bash bench/gpu_call.sh 300
 set -u
 LIMIT=${1:-540}
@@ -34,31 +39,68 @@ else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 DATA=/usr/share/datasets/fashion-mnist
+# The built-in backbones' pretrained weights, where carried (cache/backbones), spare the bare machine their pretraining.
+if [ -d cache/backbones ] && [ "$DPVIZ_CACHE_DIR" != "$PWD/cache" ]; then
+  mkdir -p "$DPVIZ_CACHE_DIR" && cp -r cache/backbones "$DPVIZ_CACHE_DIR/"
+fi
 if [ -d .gpu/fashion-mnist ] && [ ! -f $DATA/train-images-idx3-ubyte.gz ]; then
   mkdir -p $DATA && cp .gpu/fashion-mnist/*.gz $DATA/
 fi
 say "start: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null); $($PY -c \
 'import torch, opacus; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version(), "opacus", opacus.__version__)' 2>&1 | tail -1)"
 
-if [ "$DEVICE" = cuda ]; then
+PARTS=${PARTS:-tests gpu depthwise reproduce}
+part() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+
+if part tests && [ "$DEVICE" = cuda ]; then
   say "1. CUDA tests of the per-sample engine, and the mechanism harness on the GPU"
   timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_bk_paths.py -k cuda 2>&1 | tail -5 | tee -a "$LOG"
   timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_mechanism.py -k "not two_process" \
     2>&1 | tail -5 | tee -a "$LOG"
 fi
 
+if part gpu; then
 say "2. bench_gpu"
 BUDGET=$(( $(left) * 45 / 100 ))
 timeout $(( BUDGET + 120 )) $PY bench/bench_gpu.py --device "$DEVICE" --budget "$BUDGET" --data-dir $DATA \
   --models cnn resnet18 resnet50 vit_small efficientnet_lite0 2>&1 | tee -a "$LOG"
 keep bench/results/gpu_"$DEVICE".json
+fi
 
+if part depthwise; then
 say "3. bench_depthwise"
 timeout 90 $PY bench/bench_depthwise.py --device "$DEVICE" --batch 64 2>&1 | tee -a "$LOG"
 keep bench/results/depthwise_"$DEVICE".json
+fi
+
+if part bandmf; then
+  say "bench_bandmf"
+  timeout 120 $PY bench/bench_bandmf.py --device "$DEVICE" --bands 1 4 16 --backbone cnn vit efficientnet_lite0 2>&1 | tee -a "$LOG"
+  keep bench/results/bandmf_"$DEVICE".json
+fi
+
+if part noise; then
+  # DP-FFT's seeds first, then DP-LP-FFT's in what is left; each run's results are in the file as it ends.
+  for S in fft lp-fft; do
+    STOP=$(( $(left) - 60 ))
+    [ "$STOP" -ge 30 ] || break
+    say "compare_noise real-vision $S, no run started after $STOP s"
+    timeout $(( STOP + 50 )) $PY bench/compare_noise.py --task real-vision --strategy "$S" \
+      --stop-after "$STOP" --cache "$DPVIZ_CACHE_DIR" 2>&1 | tee -a "$LOG"
+    keep bench/results/noise_real-vision$([ "$S" = fft ] || echo "_$S").json
+  done
+fi
+
+if part split; then
+  STOP=$(( $(left) - 40 ))
+  say "compare_split real-vision, no run started after $STOP s"
+  timeout $(( STOP + 35 )) $PY bench/compare_split.py --task real-vision --stop-after "$STOP" \
+    --cache "$DPVIZ_CACHE_DIR" 2>&1 | tee -a "$LOG"
+  keep bench/results/split_real-vision.json
+fi
 
 MIN=$(( ($(left) - 40) / 60 ))
-if [ "$MIN" -ge 1 ]; then
+if part reproduce && [ "$MIN" -ge 1 ]; then
   say "4. reproduce real-vision large, $MIN min"
   timeout $(( MIN * 60 + 30 )) $PY -m dpviz reproduce --task real-vision --scale large --device "$DEVICE" \
     --seeds 1 --claims 000-lpfft 000-dip --stop-after "$MIN" --json >"$OUT/reproduce_large.json" 2>>"$LOG"
