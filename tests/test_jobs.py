@@ -89,6 +89,10 @@ def test_labels_name_what_tells_the_runs_apart():
     assert "p=" not in labels["d"]  # lp reads no LP fraction
     both = results.run_labels([run("a"), run("t", dataset="tweets", backbone="minilm")])
     assert "dataset=tweets" in both["t"] and "backbone=minilm" in both["t"]
+    # max_length differs too, and is named only where a text dataset reads it (an image run never says it)
+    mixed = results.run_labels([run("v", dataset="fashion-mnist", backbone="efficientnet_lite0", max_length=64),
+                                run("t", dataset="tweets", backbone="minilm", max_length=48)])
+    assert "max_length=48" in mixed["t"] and "max_length" not in mixed["v"], mixed
     assert results.run_labels([run("a"), run("a2")])["a2"] == "lp-fft ε=1 p=0.3 [a2]"  # nothing differs
 
 

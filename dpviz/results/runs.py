@@ -47,7 +47,8 @@ def config_label(c: dict, fields: tuple = ("seed",)) -> str:
     ``fields`` as name=value where its strategy reads them ("lp-fft ε=1.5 bandmf b=4 p=0.5 dataset=glyphs seed=3")."""
     eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
     read, own = _own_fields(c["strategy"]), _own_fields()
-    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own]
+    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own
+             if f != "max_length" or _text(c)]
     extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
     noise = f" bandmf b={c.get('bands', 1)}" if c.get("mechanism", "dp-sgd") != "dp-sgd" else ""  # always said
     return f"{c['strategy']} ε={eps}{noise}{extra}"
@@ -88,6 +89,15 @@ def _apart(runs: list[dict]) -> list[tuple[dict, tuple]]:
     for r in runs:
         groups.setdefault((r["config"]["strategy"], str(r["config"]["epsilon"])), []).append(r)
     return [(r, data + differ(g, [f for f in LABEL_FIELDS if f not in data])) for g in groups.values() for r in g]
+
+
+def _text(c: dict) -> bool:
+    """Whether the config's dataset is text, the only kind that reads ``max_length`` (a dataset no module
+    registers counts as text: its label then says all it may read)."""
+    from dpviz import catalog
+
+    d = catalog.DATASETS.get(c.get("dataset", ""))
+    return d is None or d.modality == "text"
 
 
 def _value(v) -> str:
