@@ -6,12 +6,13 @@ for DP-FFT at its ε (the same for every mechanism: no search), and stores a fea
 ``--task real-text|real-vision`` and ``--strategy lp|lp-fft`` take a real task (`dpviz.tasks`) and another strategy; DP-LP
 moves no feature, so its rows leave out the feature analyses (and store no checkpoints).
 
-Writes ``bench/results/noise_<task>.json`` (``noise_<task>_<strategy>.json`` for a strategy other than fft; mean ±
-sd over seeds per ε and mechanism).
+Writes ``bench/results/noise_<task>.json`` (``noise_<task>_<strategy>.json`` for a strategy other than fft, and
+``…_bandmf-momentum.json`` for ``--mechanism bandmf-momentum``, BSR fitted to SGD's momentum; mean ± sd over
+seeds per ε and mechanism).
 The file is rewritten after every run; ``--stop-after SECONDS`` starts no run after that time (a GPU call's
 limit), and a cell with fewer seeds says how many.
 Usage: python bench/compare_noise.py [--task default] [--strategy fft] [--seeds 0 1 2] [--bands 1 2 4 8] [--cache DIR]
-       [--stop-after SECONDS]
+       [--mechanism bandmf|bandmf-momentum] [--stop-after SECONDS]
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def table(got: dict, args, features: bool) -> list[list[str]]:
             if not g:
                 continue
             n = f" ({len(g)} of {len(args.seeds)} seeds)" if len(g) < len(args.seeds) else ""
-            rows.append([f"{eps:g}", f"bandmf b={b}" if b > 1 else "dp-sgd", f"{g[0]['sigma']:.3f}",
+            rows.append([f"{eps:g}", f"{args.mechanism} b={b}" if b > 1 else "dp-sgd", f"{g[0]['sigma']:.3f}",
                          cell([r["accuracy"] for r in g]) + n]
                         + ([cell([r["dip"] for r in g]), cell([r["rho"] for r in g]), cell([r["r2"] for r in g], ".2f")]
                            if features else []))
@@ -75,6 +76,8 @@ def main():
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--bands", nargs="+", type=int, default=[1, 2, 4, 8])
     ap.add_argument("--epsilons", nargs="+", type=float, default=[1.0, 8.0])
+    ap.add_argument("--mechanism", default="bandmf", choices=("bandmf", "bandmf-momentum"),
+                    help="the correlated mechanism beside DP-SGD: BSR fitted to SGD, or to SGD with momentum")
     ap.add_argument("--stop-after", type=float, default=0, metavar="SECONDS",
                     help="start no run after this many seconds (0: no limit); the file holds the seeds finished")
     ap.add_argument("--cache", default="/tmp/dpviz-noise", help="the store the runs and analyses go to")
@@ -84,7 +87,8 @@ def main():
     columns = ["ε", "mechanism", "σ", "test accuracy"] + (["early kNN dip", "ρ (D_l decay)", "R² of the fit"]
                                                           if features else [])
     label = tasks.task(args.task).label
-    name = f"noise_{args.task}" + (f"_{args.strategy}" if args.strategy != "fft" else "")
+    name = (f"noise_{args.task}" + (f"_{args.strategy}" if args.strategy != "fft" else "")
+            + (f"_{args.mechanism}" if args.mechanism != "bandmf" else ""))
     got, steps, t0, impossible = {}, None, time.monotonic(), set()
     # Seeds outermost: a run cut short by --stop-after leaves whole seeds of every mechanism, not a few cells.
     for seed in args.seeds:
@@ -95,7 +99,7 @@ def main():
                 if args.stop_after and time.monotonic() - t0 > args.stop_after:
                     print(f"stopped after {time.monotonic() - t0:.0f} s, before seed {seed} ε={eps:g} b={b}", flush=True)
                     return
-                kw = dict(mechanism="bandmf", bands=b) if b > 1 else {}
+                kw = dict(mechanism=args.mechanism, bands=b) if b > 1 else {}
                 try:
                     r = one(tasks.config(args.task, strategy=args.strategy, epsilon=eps, seed=seed, keep_weights="none",
                                          checkpoint_every=6 if features else 0, **kw), store)
@@ -109,7 +113,8 @@ def main():
                 print(f"seed {seed} | ε={eps:g} | b={b} | " + " | ".join(f"{k} {v:.4g}" for k, v in r.items()),
                       flush=True)
                 record(name, columns=columns, rows=table(got, args, features),
-                       title=f"DP-SGD beside BandMF (correlated noise), {label}: DP-{args.strategy.upper()}",
+                       title=f"DP-SGD beside {'BandMF' if args.mechanism == 'bandmf' else 'BandMF fitted to momentum'} "
+                             f"(correlated noise), {label}: DP-{args.strategy.upper()}",
                        notes=f"mean ± sd over seeds {', '.join(map(str, args.seeds))}; {steps} steps; the shipped "
                              f"grid's DP-{args.strategy.upper()} rates at each ε for every mechanism"
                              + ("; dip: kNN accuracy at step 0 minus its lowest in the first third of the run; ρ: "

@@ -14,7 +14,7 @@ from dpviz.config import AUTO, CLIPPINGS, OPTIMIZERS, PRECISIONS, RunConfig
 from dpviz.privacy import accountants
 from dpviz.errors import DpvizError
 from dpviz.fields import KEEP_WEIGHTS
-from dpviz.privacy import MAX_BANDS, MECHANISMS
+from dpviz.privacy import BANDED, MAX_BANDS, MECHANISMS
 
 NO_PRIVACY = "no privacy"
 EPS_CHOICES = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0,
@@ -267,9 +267,10 @@ def _training_widgets(strategy: str) -> None:
     c[0].selectbox("noise", MECHANISMS, index=_index(MECHANISMS, "f_mechanism"), key="f_mechanism",
                    help="dp-sgd: fresh Gaussian noise at every step; bandmf: correlated noise (DP-FTRL, banded "
                    "matrix factorization): each step's noise partly cancels the last few steps', so less of it "
-                   "adds up in the weights, under the same (ε, δ)")
+                   "adds up in the weights, under the same (ε, δ); bandmf-momentum: the same, its correlation "
+                   "fitted to SGD with momentum (optimizer sgd)")
     c[1].number_input("bands b", 1, MAX_BANDS, _default("f_bands", 1), 1, key="f_bands",
-                      disabled=_held().get("f_mechanism", "dp-sgd") != "bandmf",
+                      disabled=_held().get("f_mechanism", "dp-sgd") not in BANDED,
                       help="how many steps each noise draw is spread over (1: DP-SGD). Records are split into b "
                       "parts and step t samples only part t mod b, each record at rate b·q: it takes part at most "
                       "once every b steps, which is what makes the correlated noise private")
@@ -304,7 +305,7 @@ def fields_of(held: dict) -> dict:
             "clip_norm": _get(held, "clip_norm"), "optimizer": _get(held, "optimizer"),
             "seed": int(_get(held, "seed")), "clipping": _get(held, "clipping"),
             "mechanism": _get(held, "mechanism"),
-            "bands": int(_get(held, "bands")) if _get(held, "mechanism") == "bandmf" else 1}
+            "bands": int(_get(held, "bands")) if _get(held, "mechanism") in BANDED else 1}
 
 
 def shown_config() -> RunConfig | None:
@@ -360,9 +361,10 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
     phases = strategies.get(cfg.strategy).describe(
         cfg, " → ".join(f"{p['name']} {p['steps']} steps" for p in prev["phases"]))
     if cfg.private:
-        scheme = (f"BandMF with b = {cfg.bands} bands: records in {cfg.bands} parts, each sampled at "
+        fitted = " fitted to SGD's momentum" if cfg.mechanism == "bandmf-momentum" else ""
+        scheme = (f"BandMF{fitted} with b = {cfg.bands} bands: records in {cfg.bands} parts, each sampled at "
                   f"b·q = {cfg.bands * prev['sample_rate']:.3f} every {cfg.bands}th step (cyclic Poisson), accounted as "
-                  f"⌈T/b⌉ DP-SGD steps. " if cfg.mechanism == "bandmf" else "")
+                  f"⌈T/b⌉ DP-SGD steps. " if cfg.mechanism in BANDED else "")
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "
                 f"({_calibrated_by(cfg)}). {scheme}Phases: {phases}.", icon=":material/lock:")

@@ -109,9 +109,10 @@ class RunConfig:
             drawn Poisson sizes on a CPU), 0 the drawn sizes as they are, k ≥ 1 at most k fixed sizes, each
             batch padded to the smallest that holds it and its padded rows masked to exactly zero. The
             sampling, the sensitivity and ε are the same whatever it is: not part of the hash.
-        mechanism: dp-sgd (the default: independent Gaussian noise at every step) or bandmf (banded
-            correlated noise, DP-FTRL: `dpviz.privacy.bandmf`), under the same (ε, δ).
-        bands: bandmf's band count b: each step's noise combines the last b Gaussian draws, and records are
+        mechanism: dp-sgd (the default: independent Gaussian noise at every step), bandmf (banded
+            correlated noise, DP-FTRL: `dpviz.privacy.bandmf`) or bandmf-momentum (the same, its coefficients
+            fitted to SGD with momentum; optimizer sgd only), under the same (ε, δ).
+        bands: the band count b of bandmf and bandmf-momentum: each step's noise combines the last b Gaussian draws, and records are
             sampled cyclically from b fixed parts (rate b·q each); 1 is DP-SGD.
     """
 

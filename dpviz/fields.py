@@ -15,7 +15,7 @@ import math
 from dpviz import catalog, strategies
 from dpviz.errors import ConfigError, missing_package
 from dpviz.privacy import accountants
-from dpviz.privacy.bandmf import MAX_BANDS, MECHANISMS
+from dpviz.privacy.bandmf import BANDED, MAX_BANDS, MECHANISMS
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
@@ -158,8 +158,12 @@ def validate(cfg) -> None:
         v = getattr(cfg, name)
         if v is not None and (not isinstance(v, str) or not v.strip()):
             raise ConfigError(name, "a path (text), or nothing", v)
-    if cfg.bands > 1 and cfg.mechanism != "bandmf":
-        raise ConfigError("bands", "1 with mechanism dp-sgd (bands correlate the noise: mechanism bandmf)", cfg.bands)
+    if cfg.bands > 1 and cfg.mechanism not in BANDED:
+        raise ConfigError("bands", "1 with mechanism dp-sgd (bands correlate the noise: mechanism bandmf or "
+                          "bandmf-momentum)", cfg.bands)
+    if cfg.mechanism == "bandmf-momentum" and cfg.optimizer != "sgd":
+        raise ConfigError("mechanism", "bandmf-momentum with optimizer sgd, whose momentum its noise is fitted to "
+                          f"(bandmf with {cfg.optimizer})", cfg.mechanism)
     chosen = strategies.get(cfg.strategy)  # looked up once for every check below
     strategies.validate(cfg, chosen)
     check_unread(cfg, chosen)

@@ -709,3 +709,15 @@ def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env,
                for m in at.markdown), [m.value for m in at.markdown]
     at.selectbox(key="re_bands").set_value(4).run()
     assert any("python -m dpviz reproduce --task default --set mechanism=bandmf bands=4" in i.value for i in at.info)
+
+
+def test_the_noise_choice_sets_the_mechanism_and_its_bands_and_the_budget_box_says_how_it_is_sampled(app_env):
+    at = open_page("pages/runs.py")
+    assert at.number_input(key="f_bands").disabled  # DP-SGD: no bands to set
+    at.selectbox(key="f_mechanism").set_value("bandmf-momentum").run()
+    at.number_input(key="f_bands").set_value(2).run()
+    assert not at.error, [e.value for e in at.error]
+    assert "BandMF fitted to SGD's momentum with b = 2 bands" in at.info[0].value
+    at.selectbox(key="f_optimizer").set_value("adam").run()  # its noise fits SGD's momentum only
+    assert at.error and "mechanism" in at.error[0].value and "bandmf with adam" in at.error[0].value
+    assert not [b for b in at.button if b.key == "launch"]

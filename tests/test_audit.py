@@ -104,7 +104,8 @@ def test_a_white_box_audit_catches_a_broken_mechanism(broken, monkeypatch, store
     assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r
 
 
-def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrelated_releases():
+@pytest.mark.parametrize("beta", [0.0, 0.9], ids=["bandmf", "bandmf-momentum"])
+def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrelated_releases(beta):
     """A synthetic BandMF release (b = 3, 11 steps: the last blocks cut short) scored step by step equals the
     score written with the dense T×T matrix M: y = M·x, then each canary's blocks of b steps from its part's
     steps, each the likelihood ratio of one participation at rate b·q; and each step adds only canaries of
@@ -116,8 +117,8 @@ def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrela
     inc = inclusion_bits(m, 3)
     can = GradientCanaries(inc, seed=3)
     can.sample_rate = q
-    can.enter_phase(b)
-    p, noise, g = torch.nn.Parameter(torch.zeros(D)), bandmf.BandedNoise(b), torch.Generator().manual_seed(1)
+    can.enter_phase(b, beta)
+    p, noise, g = torch.nn.Parameter(torch.zeros(D)), bandmf.BandedNoise(b, beta), torch.Generator().manual_seed(1)
     _, U = can._directions([p])  # (m, D): every coordinate (D ≤ MAX_COORDS)
     X, took = [], []
     for t in range(T):
@@ -134,7 +135,7 @@ def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrela
     assert all(bool((parts[took[t]] == t % b).all()) for t in range(T)) and not took[:, ~torch.from_numpy(inc)].any()
     assert 0.5 < took.sum().item() / (inc.sum() * T / b * b * q) < 1.6  # participations at rate b·q per own step
 
-    coef = torch.tensor(bandmf.coefficients(b), dtype=torch.float64)
+    coef = torch.tensor(bandmf.coefficients(b, beta), dtype=torch.float64)
     M = sum(torch.diag(torch.full((T - j,), float(coef[j]), dtype=torch.float64), -j) for j in range(b))
     Y = M @ torch.stack(X)  # (T, m): the releases decorrelated
     a = float(can._contribution(1.0, "abadi")[0])  # C, as the clip factors compute it
@@ -148,17 +149,19 @@ def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrela
     assert np.allclose(can.final_scores(), want.numpy(), rtol=1e-9, atol=1e-9)
 
 
-BANDMF = [("fft", 1.0, 2), ("fft", 4.0, 4)] + [(s, 4.0, 2) for s in strategies.names()]
+BANDMF = ([("fft", 1.0, 2, "bandmf"), ("fft", 4.0, 4, "bandmf"), ("fft", 4.0, 4, "bandmf-momentum")]
+          + [(s, 4.0, 2, "bandmf") for s in strategies.names()])
 
 
-@pytest.mark.parametrize("strategy,eps,bands", BANDMF, ids=[f"{s}-{e:g}-b{b}" for s, e, b in BANDMF])
-def test_a_bandmf_run_stays_above_its_white_box_audit(strategy, eps, bands, store):
+@pytest.mark.parametrize("strategy,eps,bands,mechanism", BANDMF,
+                         ids=[f"{s}-{e:g}-b{b}" + "-momentum" * (m != "bandmf") for s, e, b, m in BANDMF])
+def test_a_bandmf_run_stays_above_its_white_box_audit(strategy, eps, bands, mechanism, store):
     cls = strategies.get(strategy)
-    cfg = RunConfig(strategy=strategy, epsilon=eps, epochs=max(3, cls.min_epochs), seed=1, mechanism="bandmf",
+    cfg = RunConfig(strategy=strategy, epsilon=eps, epochs=max(3, cls.min_epochs), seed=1, mechanism=mechanism,
                     bands=bands)
     r = audit(cfg, AuditSpec(canaries=300, confidence=0.99, seed=7), store=store)
     assert r["epsilon_spent"] <= eps and _eps_lb(r) <= eps, r
-    assert r["config"]["mechanism"] == "bandmf" and r["ideal"]["spread"]["high"] <= r["ceiling"]
+    assert r["config"]["mechanism"] == mechanism and r["ideal"]["spread"]["high"] <= r["ceiling"]
 
 
 def test_a_white_box_audit_catches_too_little_correlated_noise(monkeypatch, store):

@@ -33,18 +33,54 @@ def test_bsr_coefficients_are_the_square_root_of_the_prefix_sums_cut_to_b_bands_
     assert all(sum(r[i] * r[t - i] for i in range(t + 1)) == pytest.approx(1.0) for t in range(12))
 
 
-@pytest.mark.parametrize("bands", [2, 4, 7])
-def test_the_noise_is_m_inverse_z_from_b_minus_one_vectors_of_memory(bands):
+def test_momentum_bsr_coefficients_are_the_square_root_of_sgd_with_momentums_workload():
+    """Unbanded, they square to a_t = Σ_{j≤t} β^j, the weight of a gradient t steps back in SGD with momentum β;
+    banded, they are those cut to b at unit norm; β = 0 gives bandmf's."""
+    beta, n = 0.9, 16
+    c = bandmf._sqrt_series(n, beta)
+    assert all(sum(c[i] * c[t - i] for i in range(t + 1)) == pytest.approx((1 - beta ** (t + 1)) / (1 - beta))
+               for t in range(n))
+    m = bandmf.coefficients(4, beta)
+    assert m == pytest.approx([x / math.sqrt(sum(y * y for y in c[:4])) for x in c[:4]])
+    assert bandmf.coefficients(4, 0.0) == bandmf.coefficients(4) and bandmf.coefficients(1, beta) == (1.0,)
+    assert bandmf.momentum("bandmf-momentum") == 0.9 and bandmf.momentum("bandmf") == bandmf.momentum("dp-sgd") == 0
+
+
+def test_under_sgd_with_momentum_the_fitted_coefficients_leave_less_noise_in_the_weights():
+    """torch's SGD with dpviz's momentum, fed noise alone: the last iterate's variance is κ(T)·(DP-SGD's) for
+    the momentum-fitted coefficients (`noise_factor(momentum=β)`), and below what bandmf's SGD coefficients
+    leave in the same optimizer."""
+    T, D, b, beta = 30, 40000, 4, bandmf.SGD_MOMENTUM
+
+    def last_iterate_variance(noise) -> float:
+        g = torch.Generator().manual_seed(5)
+        w = torch.nn.Parameter(torch.zeros(D, dtype=torch.float64))
+        opt = torch.optim.SGD([w], lr=1.0, momentum=beta)
+        for _ in range(T):
+            w.grad = noise([torch.randn(D, generator=g, dtype=torch.float64)])[0]
+            opt.step()
+        return float(w.detach().var())
+
+    plain = last_iterate_variance(bandmf.BandedNoise(1))
+    fitted = last_iterate_variance(bandmf.BandedNoise(b, beta)) / plain
+    sgd_fit = last_iterate_variance(bandmf.BandedNoise(b)) / plain
+    assert fitted == pytest.approx(bandmf.noise_factor(b, T, momentum=beta), rel=0.03)
+    assert fitted < 0.9 * sgd_fit < 0.9  # the fitted ones cancel more of the noise, both less than DP-SGD
+    assert bandmf.noise_factor(b, T, momentum=0.0) == bandmf.noise_factor(b, T)
+
+
+@pytest.mark.parametrize("bands,beta", [(2, 0.0), (4, 0.0), (7, 0.0), (4, 0.9)])
+def test_the_noise_is_m_inverse_z_from_b_minus_one_vectors_of_memory(bands, beta):
     g = torch.Generator().manual_seed(0)
     T, shapes = 15, [(3, 4), (5,)]
-    noise = bandmf.BandedNoise(bands)
+    noise = bandmf.BandedNoise(bands, beta)
     zs, ws = [], []
     for _ in range(T):
         z = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
         zs.append(torch.cat([t.reshape(-1) for t in z]))
         ws.append(torch.cat([t.reshape(-1) for t in noise(z)]))
         assert len(noise.memory) <= bands - 1
-    m = bandmf.coefficients(bands)
+    m = bandmf.coefficients(bands, beta)
     M = torch.zeros(T, T, dtype=torch.float64)  # lower-triangular, b-banded, Toeplitz
     for t in range(T):
         for k in range(min(bands, t + 1)):
@@ -132,8 +168,24 @@ def test_bands_are_refused_where_they_mean_nothing_or_cannot_be_sampled():
         RunConfig(bands=4)
     with pytest.raises(ConfigError, match="bands"):
         dpviz.runner.preview(RunConfig(mechanism="bandmf", bands=64, batch_size=256))  # 64 · q > 1
-    with pytest.raises(ConfigError, match="mechanism: one of dp-sgd, bandmf"):
+    with pytest.raises(ConfigError, match="mechanism: one of dp-sgd, bandmf, bandmf-momentum"):
         RunConfig(mechanism="dp-ftrl")
+    with pytest.raises(ConfigError, match="mechanism: bandmf-momentum with optimizer sgd"):
+        RunConfig(mechanism="bandmf-momentum", bands=2, optimizer="adam")
+
+
+def test_a_momentum_fitted_run_is_its_own_mechanism_within_the_same_budget():
+    """bandmf-momentum spends what bandmf spends (the same σ, sampling and accounting), under its own key and
+    label, and its noise is not bandmf's: the weights differ."""
+    sgd, w_sgd = _run(mechanism="bandmf", bands=4)
+    mom, w_mom = _run(mechanism="bandmf-momentum", bands=4)
+    assert mom["epsilon_spent"] == sgd["epsilon_spent"] <= 2.0 and mom["run_id"] != sgd["run_id"]
+    assert [p["noise_multiplier"] for p in mom["phases"]] == [p["noise_multiplier"] for p in sgd["phases"]]
+    assert any(not torch.equal(w_sgd[k], w_mom[k]) for k in w_sgd)
+    from dpviz import results
+
+    assert results.config_label(RunConfig(mechanism="bandmf-momentum", bands=4).to_dict()).startswith(
+        "lp-fft ε=1 bandmf-momentum b=4")
 
 
 @pytest.mark.parametrize("bands", [1, 2, 4, 8])

@@ -122,7 +122,7 @@ def model_checkpoint(store: Store, run_id: str, step: int, batch: int):
     return Checkpoint(model=model, x=b.x_train[idx].to(prep.device), y=b.y_train[idx].to(prep.device),
                       trainable=plan_at(prep.plans, step).trainable, noise_multiplier=sigma,
                       batch_size=cfg.batch_size, clip_norm=cfg.clip_norm, clipping=cfg.clipping,
-                      noise_factor=bandmf.noise_factor(cfg.bands))
+                      noise_factor=bandmf.noise_factor(cfg.bands, momentum=bandmf.momentum(cfg.mechanism)))
 
 
 def weights_at(store: Store, run_id: str, step: int, keep_weights: str) -> dict:

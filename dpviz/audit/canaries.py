@@ -58,12 +58,13 @@ class GradientCanaries:
         self.sample_rate = 0.0  # q of the run, set once the schedule is known (`dpviz.audit.run`)
         self.enter_phase(1)
 
-    def enter_phase(self, bands: int) -> None:
-        """A new phase: a new mechanism, DP-SGD (``bands`` 1) or BandMF, whose noise memory starts empty."""
+    def enter_phase(self, bands: int, momentum: float = 0.0) -> None:
+        """A new phase: a new mechanism, DP-SGD (``bands`` 1) or BandMF (its coefficients fitted to
+        ``momentum`` β), whose noise memory starts empty."""
         if getattr(self, "bands", 1) > 1:
             self._close_blocks()
         self.bands, self._k = bands, 0  # the phase's step
-        self._coef = torch.tensor(bandmf.coefficients(bands), dtype=torch.float64)  # m_0 … m_{b−1}
+        self._coef = torch.tensor(bandmf.coefficients(bands, momentum), dtype=torch.float64)  # m_0 … m_{b−1}
         self._part = torch.arange(self.m) % bands  # (m,) canary c's part: it may take part at steps ≡ c (mod b)
         self._past: list[torch.Tensor] = []  # the last b − 1 projections x_t (m,), newest first
         self._dot = torch.zeros(self.m, dtype=torch.float64)  # (m,) ⟨m, y⟩ over c's open block

@@ -5,9 +5,9 @@ module where it runs (the DP step loads torch, the accounting does not).
 
 import importlib
 
-from dpviz.privacy.bandmf import MAX_BANDS, MECHANISMS  # noqa: F401  (the form's noise choices; no torch)
+from dpviz.privacy.bandmf import BANDED, MAX_BANDS, MECHANISMS  # noqa: F401  (the form's noise choices; no torch)
 
-__all__ = ["accountants", "sigma_by_batch_size", "MECHANISMS", "MAX_BANDS"]
+__all__ = ["accountants", "sigma_by_batch_size", "MECHANISMS", "BANDED", "MAX_BANDS"]
 
 
 def __getattr__(name: str):  # accounting loads on first use: importing a privacy module stays light

@@ -14,6 +14,14 @@ r_k = binom(2k, k) / 4^k, and BSR keeps its first b coefficients, a closed form 
 an example moves MX by at most the clipping norm C: the sensitivity of DP-SGD. b = 1 is M = I: DP-SGD itself,
 bit for bit.
 
+**For SGD with momentum** (mechanism ``bandmf-momentum``), the iterates are θ_t = θ_0 − η Σ_s a_{t−s} g_s
+with a_k = Σ_{j≤k} β^j: the workload is Toeplitz with generating function 1/((1−x)(1−βx)). Its square root
+is (1−x)^{−1/2}(1−βx)^{−1/2}, whose coefficients are the convolution of r_k with β^k·r_k (Kalinin & Lampert
+2024, BSR for SGD with momentum); BSR keeps the first b of them, scaled to unit norm as above, with β the
+momentum of dpviz's SGD (`SGD_MOMENTUM`). Only the coefficients differ: the sampling, the sensitivity and so
+the accounting are BandMF's. The mechanism's name is its own, so that a stored ``bandmf`` run keeps meaning
+the SGD coefficients it was trained with.
+
 **Sampling and accounting** (the theorem and its conditions). Choquette-Choo, Ganesh, McKenna, McMahan, Rush,
 Thakurta & Xu, "(Amplified) Banded Matrix Factorization: A unified approach to private training" (NeurIPS
 2023), amplification by cyclic Poisson sampling: split the n training records into b fixed parts of n/b (a
@@ -32,31 +40,52 @@ from __future__ import annotations
 
 import math
 
-MECHANISMS = ("dp-sgd", "bandmf")
-"""`RunConfig.mechanism`: independent Gaussian noise at every step, or banded correlated noise."""
+MECHANISMS = ("dp-sgd", "bandmf", "bandmf-momentum")
+"""`RunConfig.mechanism`: independent Gaussian noise at every step, or banded correlated noise whose
+coefficients are fitted to SGD (``bandmf``) or to SGD with momentum (``bandmf-momentum``)."""
+BANDED = ("bandmf", "bandmf-momentum")
+"""The mechanisms that correlate the noise over ``bands`` steps (every other one takes bands = 1)."""
+SGD_MOMENTUM = 0.9
+"""β of dpviz's SGD (`dpviz.training.prepare.optimizer`), which ``bandmf-momentum``'s coefficients fit."""
 MAX_BANDS = 64
 
 
-def coefficients(bands: int) -> tuple[float, ...]:
-    """m_0, …, m_{b−1}: BSR's first ``bands`` coefficients of the prefix sums' square root, unit ℓ2 norm."""
+def momentum(mechanism: str) -> float:
+    """β that ``mechanism``'s coefficients are fitted to: SGD's momentum for bandmf-momentum, else 0."""
+    return SGD_MOMENTUM if mechanism == "bandmf-momentum" else 0.0
+
+
+def _sqrt_series(n: int, momentum: float) -> list[float]:
+    """The first ``n`` coefficients of (1−x)^{−1/2}·(1−βx)^{−1/2}: the workload's square root."""
+    r = [math.comb(2 * k, k) / 4**k for k in range(n)]
+    if not momentum:
+        return r
+    return [sum(r[j] * r[k - j] * momentum ** (k - j) for j in range(k + 1)) for k in range(n)]
+
+
+def coefficients(bands: int, momentum: float = 0.0) -> tuple[float, ...]:
+    """m_0, …, m_{b−1}: BSR's first ``bands`` coefficients of the workload's square root (the prefix sums',
+    or with ``momentum`` β those of SGD with momentum), unit ℓ2 norm."""
     if bands < 1:
         raise ValueError(f"bands: at least 1; got {bands}")
-    r = [math.comb(2 * k, k) / 4**k for k in range(bands)]
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"momentum: in [0, 1); got {momentum}")
+    r = _sqrt_series(bands, momentum)
     norm = math.sqrt(sum(c * c for c in r))
     return tuple(c / norm for c in r)
 
 
-def inverse_coefficients(bands: int, steps: int) -> list[float]:
+def inverse_coefficients(bands: int, steps: int, momentum: float = 0.0) -> list[float]:
     """a_0, …, a_{T−1}: the first ``steps`` coefficients of M⁻¹ (Toeplitz, not banded), the series inverse of
     m(x): w_t = Σ_k a_k z_{t−k}."""
-    m = coefficients(bands)
+    m = coefficients(bands, momentum)
     a: list[float] = []
     for n in range(steps):
         a.append(((1.0 if n == 0 else 0.0) - sum(m[k] * a[n - k] for k in range(1, min(n, bands - 1) + 1))) / m[0])
     return a
 
 
-def noise_factor(bands: int, steps: int | None = None) -> float:
+def noise_factor(bands: int, steps: int | None = None, momentum: float = 0.0) -> float:
     """κ: the variance of the noise in the running sum of ``steps`` updates, per step, relative to DP-SGD's at
     the same σ (DP-SGD's is T·σ²C²; BandMF's is κ·T·σ²C²). This is what multiplies the curvature analysis's
     decelerator σ²C²·tr(H)/(B²c²) over a horizon of T steps (`dpviz.privacy.curvature`).
@@ -64,16 +93,21 @@ def noise_factor(bands: int, steps: int | None = None) -> float:
     The noise of the sum is 1ᵀM⁻¹Z, whose column j has the partial sum S_{T−1−j} of M⁻¹'s coefficients, so
     κ(T) = Σ_{n<T} S_n² / T. ``steps`` None: the long run, S_n → 1/m(1), so κ = 1/(Σ_k m_k)² (≤ 1, equal only
     at b = 1). A single step's own noise is larger instead: its variance is Σ_k a_k² ≥ 1 times DP-SGD's.
+
+    With ``momentum`` β (the coefficients fitted to it, and the optimizer using it) the update at step t is
+    η·Σ_{j≤t} β^j·ĝ_{t−j}, so the last iterate's noise is row T−1 of A_β·M⁻¹Z against DP-SGD's A_β·Z:
+    κ(T) = Σ_n v_n² / Σ_n u_n², with u the coefficients of 1/((1−x)(1−βx)) and v those of u(x)/m(x). β = 0
+    gives the formula above; the long run is 1/m(1)² again.
     """
+    m = coefficients(bands, momentum)
     if steps is None:
-        return 1.0 / sum(coefficients(bands)) ** 2
+        return 1.0 / sum(m) ** 2
     if steps < 1:
         raise ValueError(f"steps: at least 1; got {steps}")
-    total, partial = 0.0, 0.0
-    for a in inverse_coefficients(bands, steps):
-        partial += a
-        total += partial * partial
-    return total / steps
+    a = inverse_coefficients(bands, steps, momentum)
+    u = [(1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps)]  # the workload's row, 1 at β = 0
+    v = [sum(u[j] * a[n - j] for j in range(n + 1)) for n in range(steps)]
+    return sum(x * x for x in v) / sum(x * x for x in u)
 
 
 def dpsgd_equivalent(*, sigma: float, sample_rate: float, steps: int, bands: int) -> tuple[float, float, int]:
@@ -96,11 +130,12 @@ def parts(n: int, bands: int, seed: int):
 
 class BandedNoise:
     """The noise memory of one BandMF phase: turns each step's fresh Gaussian draws z_t into w_t (row t of
-    M⁻¹Z), keeping the last b − 1 of them. ``bands`` = 1 gives back z_t itself (DP-SGD)."""
+    M⁻¹Z), keeping the last b − 1 of them. ``bands`` = 1 gives back z_t itself (DP-SGD); ``momentum`` β > 0
+    takes the coefficients fitted to SGD with momentum β."""
 
-    def __init__(self, bands: int):
+    def __init__(self, bands: int, momentum: float = 0.0):
         self.bands = bands
-        self.m = coefficients(bands)
+        self.m = coefficients(bands, momentum)
         self.memory: list[list] = []  # the last b − 1 noise vectors, newest first, each a list of tensors
 
     def __call__(self, z: list) -> list:

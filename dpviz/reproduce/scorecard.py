@@ -178,9 +178,11 @@ def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callab
 
 def variant(changes: dict | None) -> str:
     """A name for the fields a scorecard changes on every run ("" for none; the device is no part of a run's
-    hash and is left out): "bandmf-b2" for mechanism bandmf with 2 bands, else "field-value" words."""
+    hash and is left out): "bandmf-b2" for mechanism bandmf with 2 bands (bandmf-momentum-b2 likewise), else
+    "field-value" words."""
     c = {k: v for k, v in (changes or {}).items() if k != "device"}
-    words = [f"bandmf-b{c.pop('bands', 1)}"] if c.pop("mechanism", "dp-sgd") == "bandmf" else []
+    mechanism = c.pop("mechanism", "dp-sgd")
+    words = [f"{mechanism}-b{c.pop('bands', 1)}"] if mechanism != "dp-sgd" else []
     words += [f"{k}-{v}" for k, v in sorted(c.items())]
     return "_".join(re.sub(r"[^\w.-]", "", w) for w in words)
 

@@ -50,7 +50,7 @@ def config_label(c: dict, fields: tuple = ("seed",)) -> str:
     named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own
              if f != "max_length" or _text(c)]
     extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
-    noise = f" bandmf b={c.get('bands', 1)}" if c.get("mechanism", "dp-sgd") != "dp-sgd" else ""  # always said
+    noise = f" {c['mechanism']} b={c.get('bands', 1)}" if c.get("mechanism", "dp-sgd") != "dp-sgd" else ""  # always said
     return f"{c['strategy']} ε={eps}{noise}{extra}"
 
 

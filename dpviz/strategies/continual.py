@@ -84,7 +84,7 @@ class PublicThenPrivate(Strategy):
             self.monitor = DeceleratorMonitor(px, py, noise_multiplier=loop.prep.phases[0].noise_multiplier,
                                               batch_size=c.batch_size, clip_norm=c.clip_norm, clipping=c.clipping,
                                               threshold=c.switch_threshold, seed=c.seed, batch=c.switch_batch,
-                                              noise_factor=bandmf.noise_factor(c.bands))
+                                              noise_factor=bandmf.noise_factor(c.bands, momentum=bandmf.momentum(c.mechanism)))
             if self.resumed_monitor is not None:
                 self.monitor.load_state(self.resumed_monitor)
         return loop.setup(module=loop.model, inputs=px, labels=py, private=False,

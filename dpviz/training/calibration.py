@@ -79,7 +79,7 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
 
 
 def bands(cfg: RunConfig, q: float) -> int:
-    """The phases' band count ``cfg.bands`` (1 unless the mechanism is bandmf: `dpviz.fields.validate`). Each of
+    """The phases' band count ``cfg.bands`` (1 unless the mechanism is banded: `dpviz.fields.validate`). Each of
     BandMF's b parts is sampled at rate b·q, which must be a probability."""
     if cfg.bands * q > 1:
         raise ConfigError("bands", f"at most 1/q = {1 / q:.4g} for batch size {cfg.batch_size} (each of the b parts "

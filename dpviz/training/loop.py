@@ -99,7 +99,7 @@ class Loop:
         self.padder: shapes.Padder | None = None  # the current phase's (`run_phase`)
         # BandMF (`dpviz.privacy.bandmf`): b fixed parts of the private records, sampled cyclically, and each
         # private phase's noise memory; b = 1 is DP-SGD (no parts, no memory: the very same draws). A validated
-        # config has bands 1 unless its mechanism is bandmf.
+        # config has bands 1 unless its mechanism is banded (bandmf, bandmf-momentum).
         self.bands = self.cfg.bands
         self.parts = bandmf.parts(len(self.y), self.bands, self.cfg.seed + 3).to(self.dev) if self.bands > 1 else None
         self.noise: bandmf.BandedNoise | None = None
@@ -213,11 +213,12 @@ class Loop:
             resume.load_phase(self, state, s.optimizer)
         self.padder = self._padder(s, stepper)
         # a new phase is a new BandMF mechanism: its noise memory starts empty (its parameters may differ)
-        self.noise = bandmf.BandedNoise(self.bands) if s.private and self.bands > 1 else None
+        beta = bandmf.momentum(self.cfg.mechanism)  # the coefficients' β: 0 for bandmf, SGD's for bandmf-momentum
+        self.noise = bandmf.BandedNoise(self.bands, beta) if s.private and self.bands > 1 else None
         if state is not None and self.noise is not None and state.get("noise_memory"):
             self.noise.load_state_dict(state["noise_memory"], self.dev)
         if getattr(self.prep.canaries, "virtual", False):  # an audit's white-box canaries follow the mechanism
-            self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1)
+            self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1, beta)
         self._t = time.perf_counter()
         try:
             for k in range(start, plan.steps):

@@ -17,6 +17,7 @@ from torch import nn
 
 from dpviz import catalog, data, errors, models, strategies
 from dpviz.data import tokens
+from dpviz.privacy import bandmf
 from dpviz.training import shapes
 from dpviz.training.calibration import calibrated_phases, check_delta, check_public
 from dpviz.config import AUTO, RunConfig
@@ -131,7 +132,7 @@ def make_optimizer(params, cfg: RunConfig, lr: float) -> torch.optim.Optimizer:
     `dpviz.privacy.dpsgd`; an optimizer only post-processes the privatized gradient, so it does not touch the
     guarantee."""
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.SGD(params, lr=lr, momentum=bandmf.SGD_MOMENTUM)  # bandmf-momentum's noise fits it
     return (torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW)(params, lr=lr)
 
 
