@@ -8,11 +8,12 @@ moves no feature, so its rows leave out the feature analyses (and store no check
 
 Writes ``bench/results/noise_<task>.json`` (``noise_<task>_<strategy>.json`` for a strategy other than fft, and
 ``…_bandmf-momentum.json`` for ``--mechanism bandmf-momentum``, BSR fitted to SGD's momentum; mean ± sd over
-seeds per ε and mechanism).
+seeds per ε and mechanism). ``--scale medium`` takes the scorecard's medium size of the task
+(``noise_<task>_medium….json``).
 The file is rewritten after every run; ``--stop-after SECONDS`` starts no run after that time (a GPU call's
 limit), and a cell with fewer seeds says how many.
 Usage: python bench/compare_noise.py [--task default] [--strategy fft] [--seeds 0 1 2] [--bands 1 2 4 8] [--cache DIR]
-       [--mechanism bandmf|bandmf-momentum] [--stop-after SECONDS]
+       [--mechanism bandmf|bandmf-momentum] [--scale medium|large] [--stop-after SECONDS]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from results import record
 
 import dpviz
-from dpviz import RunConfig, tasks
+from dpviz import RunConfig, reproduce, tasks
 from dpviz.analyses import analyze
 from dpviz.store import Store
 
@@ -78,6 +79,9 @@ def main():
     ap.add_argument("--epsilons", nargs="+", type=float, default=[1.0, 8.0])
     ap.add_argument("--mechanism", default="bandmf", choices=("bandmf", "bandmf-momentum"),
                     help="the correlated mechanism beside DP-SGD: BSR fitted to SGD, or to SGD with momentum")
+    ap.add_argument("--scale", choices=[n for n in reproduce.SCALE_NAMES if n != "small"],
+                    help="a larger size of the scorecard's (`dpviz.reproduce.SCALES`: more records, so more steps, "
+                         "and checkpoints further apart); left out, the task's own fields")
     ap.add_argument("--stop-after", type=float, default=0, metavar="SECONDS",
                     help="start no run after this many seconds (0: no limit); the file holds the seeds finished")
     ap.add_argument("--cache", default="/tmp/dpviz-noise", help="the store the runs and analyses go to")
@@ -87,7 +91,12 @@ def main():
     columns = ["ε", "mechanism", "σ", "test accuracy"] + (["early kNN dip", "ρ (D_l decay)", "R² of the fit"]
                                                           if features else [])
     label = tasks.task(args.task).label
-    name = (f"noise_{args.task}" + (f"_{args.strategy}" if args.strategy != "fft" else "")
+    sized = dict(reproduce.SCALES[args.scale].get(args.task, {})) if args.scale else {}
+    if args.scale and not sized:
+        ap.error(f"--scale: {args.task} has no {args.scale} size (tasks with it: {', '.join(reproduce.SCALES[args.scale])})")
+    every = 6 * sized.pop("every", 1)
+    name = (f"noise_{args.task}" + (f"_{args.scale}" if args.scale else "")
+            + (f"_{args.strategy}" if args.strategy != "fft" else "")
             + (f"_{args.mechanism}" if args.mechanism != "bandmf" else ""))
     got, steps, t0, impossible = {}, None, time.monotonic(), set()
     # Seeds outermost: a run cut short by --stop-after leaves whole seeds of every mechanism, not a few cells.
@@ -102,7 +111,7 @@ def main():
                 kw = dict(mechanism=args.mechanism, bands=b) if b > 1 else {}
                 try:
                     r = one(tasks.config(args.task, strategy=args.strategy, epsilon=eps, seed=seed, keep_weights="none",
-                                         checkpoint_every=6 if features else 0, **kw), store)
+                                         checkpoint_every=every if features else 0, **sized, **kw), store)
                 except dpviz.errors.ConfigError as e:  # b·q > 1: the task's batch cannot be split into b parts
                     print(f"{eps:g} | bandmf b={b} | cannot run: {e}", flush=True)
                     impossible.add((eps, b))
@@ -115,7 +124,8 @@ def main():
                 record(name, columns=columns, rows=table(got, args, features),
                        title=f"DP-SGD beside {'BandMF' if args.mechanism == 'bandmf' else 'BandMF fitted to momentum'} "
                              f"(correlated noise), {label}: DP-{args.strategy.upper()}",
-                       notes=f"mean ± sd over seeds {', '.join(map(str, args.seeds))}; {steps} steps; the shipped "
+                       notes=f"mean ± sd over seeds {', '.join(map(str, args.seeds))}; {steps} steps"
+                             + "".join(f", {k} {v}" for k, v in sized.items()) + "; the shipped "
                              f"grid's DP-{args.strategy.upper()} rates at each ε for every mechanism"
                              + ("; dip: kNN accuracy at step 0 minus its lowest in the first third of the run; ρ: "
                                 "the fitted decay D_l ≈ ρ^l·D_0 at the last checkpoint." if features else

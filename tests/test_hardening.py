@@ -76,6 +76,7 @@ CASES = [
     (["sweep", "budget", "--selections", "bias"], "selections"), (["sweep", "budget", "--no-fft"], "no_fft"),
     (["sweep", "budget", "--lora-ranks", "2"], "lora_ranks"), (["sweep", "sparse", "--fractions", "0.5"], "fractions"),
     (["sweep", "sparse", "--strategy", "fft"], "strategy"),
+    (["sweep", "noise", "--bands", "2"], "bands"), (["sweep", "budget", "--band-counts", "2"], "band_counts"),
     (["tune", "--strategy", "fft", "--lr-lp", "0.1", "1"], "lr_lp"),
     (["tune", "--strategy", "lp", "--lr-ft", "0.01", "0.1", "--proxy", "glyphs"], "lr_ft"),
     (["tune", "--batch-size", "2000", "5000"], "batch_size"), (["tune", "--batch-size", "64", "5000"], "batch_size"),

@@ -35,6 +35,17 @@ def test_budget_sweep_end_to_end(cli_env, cache_dir):
         assert Store(cache_dir).get_run(row["run_id"])["status"] == "finished"
 
 
+@pytest.mark.subprocess
+def test_noise_sweep_compares_dp_sgd_with_the_banded_mechanism_it_is_given(cli_env, cache_dir):
+    r = cli(cli_env, "sweep", "noise", "--strategy", "fft", "--epsilon", "8", "--band-counts", "1", "2",
+            "--seeds", "0", "--epochs", "1", "--batch-size", "512", "--mechanism", "bandmf-momentum", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    stored = {row["run_id"]: Store(cache_dir).get_run(row["run_id"])["config"] for row in rows}
+    assert sorted((c["mechanism"], c["bands"]) for c in stored.values()) == [("bandmf-momentum", 2), ("dp-sgd", 1)]
+    assert all(row["epsilon_spent"] <= 8.0 for row in rows)
+
+
 def test_a_one_point_budget_grid_finishes(cache_dir):
     """Optuna's GridSampler failed every one-point grid after its run (KeyError 'grid_id')."""
     study = sweeps.create_budget_sweep(RunConfig(**BASE), sweeps.budget_grid(epsilons=["1"], fractions=[0.5],

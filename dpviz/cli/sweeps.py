@@ -32,7 +32,8 @@ def add_sweep(sub) -> None:
                         "(DP-SGD beside BandMF's correlated noise at several band counts)")
     sw.add_argument("kind", choices=["budget", "sparse", "noise"])
     sw.add_argument("--band-counts", nargs="+", type=int, default=None,
-                    help="noise: band counts b (1: DP-SGD; default: 1 2 4 8)")
+                    help="noise: band counts b (1: DP-SGD; default: 1 2 4 8); --mechanism bandmf-momentum makes "
+                    "the b > 1 points that mechanism")
     sw.add_argument("--sparsities", nargs="+", type=float, default=None, help="sparse: s values (default: 0.05 0.2 0.5)")
     sw.add_argument("--selections", nargs="+", default=None, help="sparse: selections (row selections run at every "
                     "s; default: sparta magnitude random bias norm)")
@@ -119,9 +120,8 @@ def _refuse_other_kind(args, base: RunConfig) -> None:
             flag = SPARSE_ONLY.get(given[0], "--fractions")
             raise ConfigError(flag[2:].replace("-", "_"), f"{flag} is not a noise-sweep flag; a noise sweep varies "
                               "ε, --band-counts and --seeds")
-        if base.mechanism != "dp-sgd" or base.bands != 1:
-            raise ConfigError("mechanism", "left out: a noise sweep's points set the mechanism and bands",
-                              base.mechanism)
+        if base.bands != 1:
+            raise ConfigError("bands", "left out: a noise sweep's points set the bands (--band-counts)", base.bands)
     elif args.kind == "budget":
         given = [f for f in SPARSE_ONLY if getattr(args, f) is not None]
         if given:
@@ -151,8 +151,10 @@ def _grid(args, base: RunConfig) -> list[dict]:
         return [{"epsilon": e, "lp_fraction": p, "seed": s} for e in space["epsilon"] for p in space["lp_fraction"]
                 for s in space["seed"]]
     if args.kind == "noise":
+        # --mechanism names the banded mechanism of the b > 1 points (bandmf unless bandmf-momentum)
         points = sweeps.noise_points(epsilons=args.epsilons, seeds=args.seeds,
-                                     band_counts=args.band_counts or BAND_COUNTS)
+                                     band_counts=args.band_counts or BAND_COUNTS,
+                                     mechanism="bandmf-momentum" if base.mechanism == "bandmf-momentum" else "bandmf")
         sweeps.check_points(base, points)
         return points
     kw = {k: (v if getattr(args, k) is None else getattr(args, k)) for k, v in SPARSE_DEFAULTS.items()}

@@ -90,10 +90,10 @@ def sparse_points(*, epsilons, sparsities, selections, seeds, fft: bool = True, 
     return out
 
 
-def noise_points(*, epsilons, band_counts, seeds) -> list[dict]:
-    """Points comparing the noise mechanisms at each ε and seed: DP-SGD where b = 1, BandMF with b bands
-    otherwise (`dpviz.privacy.bandmf`)."""
-    return [{"epsilon": str(e), "seed": int(seed), "mechanism": "dp-sgd" if int(b) == 1 else "bandmf",
+def noise_points(*, epsilons, band_counts, seeds, mechanism: str = "bandmf") -> list[dict]:
+    """Points comparing the noise mechanisms at each ε and seed: DP-SGD where b = 1, the banded ``mechanism``
+    (bandmf or bandmf-momentum, `dpviz.privacy.bandmf`) with b bands otherwise."""
+    return [{"epsilon": str(e), "seed": int(seed), "mechanism": "dp-sgd" if int(b) == 1 else mechanism,
              "bands": int(b)} for e in epsilons for seed in seeds for b in band_counts]
 
 
