@@ -162,8 +162,8 @@ def validate(cfg) -> None:
         raise ConfigError("bands", "1 with mechanism dp-sgd (bands correlate the noise: mechanism bandmf or "
                           "bandmf-momentum)", cfg.bands)
     if cfg.mechanism == "bandmf-momentum" and cfg.optimizer != "sgd":
-        raise ConfigError("mechanism", "bandmf-momentum with optimizer sgd, whose momentum its noise is fitted to "
-                          f"(bandmf with {cfg.optimizer})", cfg.mechanism)
+        raise ConfigError("mechanism", "bandmf-momentum only with optimizer sgd, whose momentum its noise fits; "
+                          f"with {cfg.optimizer}, bandmf or dp-sgd", cfg.mechanism)
     chosen = strategies.get(cfg.strategy)  # looked up once for every check below
     strategies.validate(cfg, chosen)
     check_unread(cfg, chosen)

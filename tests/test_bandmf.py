@@ -170,7 +170,7 @@ def test_bands_are_refused_where_they_mean_nothing_or_cannot_be_sampled():
         dpviz.runner.preview(RunConfig(mechanism="bandmf", bands=64, batch_size=256))  # 64 · q > 1
     with pytest.raises(ConfigError, match="mechanism: one of dp-sgd, bandmf, bandmf-momentum"):
         RunConfig(mechanism="dp-ftrl")
-    with pytest.raises(ConfigError, match="mechanism: bandmf-momentum with optimizer sgd"):
+    with pytest.raises(ConfigError, match="mechanism: bandmf-momentum only with optimizer sgd"):
         RunConfig(mechanism="bandmf-momentum", bands=2, optimizer="adam")
 
 
