@@ -112,8 +112,8 @@ class RunConfig:
         mechanism: dp-sgd (the default: independent Gaussian noise at every step), bandmf (banded
             correlated noise, DP-FTRL: `dpviz.privacy.bandmf`) or bandmf-momentum (the same, its coefficients
             fitted to SGD with momentum; optimizer sgd only), under the same (ε, δ).
-        bands: the band count b of bandmf and bandmf-momentum: each step's noise combines the last b Gaussian draws, and records are
-            sampled cyclically from b fixed parts (rate b·q each); 1 is DP-SGD.
+        bands: the band count b of bandmf and bandmf-momentum: each step's noise combines the last b
+            Gaussian draws, and records are sampled cyclically from b fixed parts (rate b·q each); 1 is DP-SGD.
     """
 
     dataset: str = "digits"

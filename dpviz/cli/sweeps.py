@@ -14,6 +14,7 @@ import sys
 
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
+from dpviz.privacy import BANDED
 from dpviz.cli.common import at_least, config_flags, config_from_args, dump
 
 SPARSE_ONLY = {"sparsities": "--sparsities", "selections": "--selections", "fft": "--no-fft",
@@ -154,7 +155,7 @@ def _grid(args, base: RunConfig) -> list[dict]:
         # --mechanism names the banded mechanism of the b > 1 points (bandmf unless bandmf-momentum)
         points = sweeps.noise_points(epsilons=args.epsilons, seeds=args.seeds,
                                      band_counts=args.band_counts or BAND_COUNTS,
-                                     mechanism="bandmf-momentum" if base.mechanism == "bandmf-momentum" else "bandmf")
+                                     mechanism=base.mechanism if base.mechanism in BANDED else "bandmf")
         sweeps.check_points(base, points)
         return points
     kw = {k: (v if getattr(args, k) is None else getattr(args, k)) for k, v in SPARSE_DEFAULTS.items()}

@@ -104,10 +104,13 @@ def noise_factor(bands: int, steps: int | None = None, momentum: float = 0.0) ->
         return 1.0 / sum(m) ** 2
     if steps < 1:
         raise ValueError(f"steps: at least 1; got {steps}")
-    a = inverse_coefficients(bands, steps, momentum)
-    u = [(1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps)]  # the workload's row, 1 at β = 0
-    v = [sum(u[j] * a[n - j] for j in range(n + 1)) for n in range(steps)]
-    return sum(x * x for x in v) / sum(x * x for x in u)
+    # u(x) = 1/((1−x)(1−βx)) and v(x) = u(x)·a(x) as two first-order recursions each: O(T), not a convolution
+    total_v = total_u = partial_a = v = u = 0.0
+    for a in inverse_coefficients(bands, steps, momentum):
+        partial_a += a
+        v, u = momentum * v + partial_a, momentum * u + 1.0
+        total_v, total_u = total_v + v * v, total_u + u * u
+    return total_v / total_u
 
 
 def dpsgd_equivalent(*, sigma: float, sample_rate: float, steps: int, bands: int) -> tuple[float, float, int]:
