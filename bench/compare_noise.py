@@ -123,7 +123,8 @@ def main():
                       flush=True)
                 record(name, columns=columns, rows=table(got, args, features),
                        title=f"DP-SGD beside {'BandMF' if args.mechanism == 'bandmf' else 'BandMF fitted to momentum'} "
-                             f"(correlated noise), {label}: DP-{args.strategy.upper()}",
+                             f"(correlated noise), {label}: DP-{args.strategy.upper()}"
+                             + (f", the scorecard's {args.scale} size" if args.scale else ""),
                        notes=f"mean ± sd over seeds {', '.join(map(str, args.seeds))}; {steps} steps"
                              + "".join(f", {k} {v}" for k, v in sized.items()) + "; the shipped "
                              f"grid's DP-{args.strategy.upper()} rates at each ε for every mechanism"

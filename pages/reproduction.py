@@ -208,3 +208,15 @@ else:
         with st.expander(f"{cl.id} under both mechanisms: {cl.sentence}"):
             for name, r in (("DP-SGD", plain[cl.id]), (f"BandMF b = {noise_bands}", banded[cl.id])):
                 layout.reading(f"**{name}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")
+
+if measured := published.comparisons(noise_task):
+    st.markdown(f"**Measured beside DP-SGD on {tasks.task(noise_task).label}**: each mechanism at the same ε with the "
+                "same learning rates (the shipped grid's, tuned for DP-SGD), over seeds, by `bench/compare_noise.py` and "
+                "`bench/compare_split.py` (the Correlated noise guide reads them).")
+    for name, doc in measured:
+        st.markdown(f"*{doc.get('title', name)}*")
+        layout.reading(published.comparison_reading(name, doc))
+        with st.expander(f"the table ({name})"):
+            st.dataframe(pd.DataFrame(doc["rows"], columns=doc["columns"]), hide_index=True, key=f"re_cmp_{name}")
+            machine = doc.get("machine", "an unrecorded machine")
+            st.caption(f"{doc.get('notes', '')} `{doc.get('command', '')}` on {machine}, {doc.get('date', 'undated')}.")
