@@ -62,7 +62,7 @@ def comparisons(task: str) -> list[tuple[str, dict]]:
     """The mechanism comparisons measured on ``task`` (`bench/compare_noise.py`'s ``noise_<task>…`` files, then
     `bench/compare_split.py`'s ``split_<task>…``), as (name, results doc), each kind sorted by name."""
     names = [p.stem for kind in ("noise", "split") for p in sorted(FOLDER.glob(f"{kind}_{task}*.json"))
-             if p.stem == f"{kind}_{task}" or p.stem.startswith(f"{kind}_{task}_")]  # not real-vision for real-v…
+             if p.stem == f"{kind}_{task}" or p.stem.startswith(f"{kind}_{task}_")]  # this task, not one it prefixes
     return [(n, doc) for n in names if (doc := _results(n)).get("rows") and doc.get("columns")]
 
 
