@@ -134,7 +134,8 @@ def split_reading(doc: dict) -> str:
             parts.append(f"p = {best} under {r[1]}" + (" (its curve flat within the spread)" if flat else ""))
         if parts:
             said.append(f"at ε = {eps} the best LP share is " + " and ".join(parts))
-    return ("; ".join(said) + ".")[:1].upper() + ("; ".join(said) + ".")[1:] if said else ""
+    text = "; ".join(said) + "."
+    return text[0].upper() + text[1:] if said else ""
 
 
 def comparison_reading(name: str, doc: dict) -> str:
