@@ -9,6 +9,7 @@ import streamlit as st
 
 from dpviz import figures, results
 from dpviz.figures import export
+from dpviz.privacy import release
 
 from . import state
 
@@ -159,18 +160,54 @@ def render_run_table() -> list[str]:
     ev = st.dataframe(df, hide_index=True, on_select="rerun", selection_mode="multi-row", key="runs_table",
                       column_config={"test_accuracy": st.column_config.NumberColumn(format="%.3f"),
                                      "epsilon_spent": st.column_config.NumberColumn(format="%.3f")})
-    return [df.loc[i, "run_id"] for i in ev.selection.rows]
+    selected = [df.loc[i, "run_id"] for i in ev.selection.rows]
+    for rid in selected or list(df["run_id"][:1]):  # the selected runs' ε, else the newest run's
+        render_release(store.get_run(rid))
+    return selected
+
+
+def release_lines(summary: dict) -> list[str]:
+    """A private run's threat model in three short lines: where its draws came from, the neighbour relation its
+    ε holds for, and its privacy check (`release.check_line`)."""
+    s = release.statement(summary)
+    if not s["private"]:
+        return ["no DP: this run trained without privacy, so ε covers nothing it releases"]
+    chk = summary.get("privacy_check")
+    return [s["randomness_line"], f"neighbours: {s['neighbours']} ({s['neighbours_meaning']})",
+            f"privacy check {chk['verdict']}: {chk['line']}" if chk else release.check_line(summary)]
+
+
+def render_release(run: dict) -> None:
+    """Beside a run's ε: what that ε covers, in `release_lines`, and the whole statement in an expander."""
+    summary = {**(run["summary"] or {}), "config": run["config"], "run_id": run["run_id"]}
+    budget = run["config"]["epsilon"]  # a private search's run: the search's total is what it spent
+    spent = (summary.get("private_search") or {}).get("epsilon_spent", summary.get("epsilon_spent"))
+    eps = ("no DP" if str(budget) == "inf" else f"ε spent {spent:.3f} of {float(budget):g}" if spent is not None
+           else f"ε ≤ {float(budget):g} (not finished)")
+    st.caption("  \n".join([f"**{run['run_id']}** · {eps}", *release_lines(summary)]))
+    s = release.statement(summary)
+    if not s["private"]:
+        return
+    with st.expander(f"What ε covers for {run['run_id']}"):
+        st.markdown(f"**Protects** {s['protects']}, against {s['against']}. **Neighbours** ({s['neighbours']}): "
+                    f"{s['neighbours_meaning']}.\n\n**Covered:** {'; '.join(s['covered'])}.\n\n"
+                    f"**Not covered** ({release.NOT_COVERED}): {'; '.join(s['not_covered'])}.")
 
 
 def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str, private: bool = False,
-                  caption: str | None = None) -> None:
+                  caption: str | None = None, summaries=()) -> None:
     """Download buttons: the figure (with caption) as PNG/SVG/PDF/HTML and its data as CSV.
 
     ``private`` marks analyses of private data: the caption then says that the DP guarantee does not cover them.
-    ``caption`` replaces the one made from ``configs`` (figures that no run configuration describes).
+    ``caption`` replaces the one made from ``configs`` (figures that no run configuration describes). Every
+    caption also says what the runs release beyond their ε (`figures.release_caption`): the statistics of
+    private batches among ``data``'s metrics, the private ``configs``' randomness line, and the privacy check of
+    each of the runs' ``summaries``; the CSV's headers label such statistics (`export.labelled`).
     """
     caption = caption or results.caption(configs)
     caption = figures.private_caption(caption) if private else caption
+    metrics = data["metric"].unique() if "metric" in data else ()
+    caption = figures.release_caption(caption, configs, summaries, metrics)
     row = st.container(horizontal=True)  # wraps where a figure's column is too narrow for five buttons
     for fmt in export.FORMATS:
         row.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),

@@ -32,7 +32,7 @@ def switched_off(variable: str) -> bool:
     """Whether the environment switch ``variable`` (on by default) is set to off, 0 or no."""
     return os.environ.get(variable, "on").lower() in ("off", "0", "no")
 
-_UNHASHED = ("device", "batch_shapes")
+_UNHASHED = ("device", "batch_shapes", "privacy_check")
 # The strategies' own fields that every stored run's key holds, whatever its strategy: they were hashed for
 # all strategies when those runs were stored, so they stay so. Every other strategy field (any knob declared
 # from now on, `dpviz.strategies.Param`) is hashed only for the strategies that read it: adding one changes
@@ -114,6 +114,16 @@ class RunConfig:
             fitted to SGD with momentum; optimizer sgd only), under the same (ε, δ).
         bands: the band count b of bandmf and bandmf-momentum: each step's noise combines the last b
             Gaussian draws, and records are sampled cyclically from b fixed parts (rate b·q each); 1 is DP-SGD.
+        parts: bands > 1 only: how records are assigned to BandMF's parts: independent (the default: each
+            record's part drawn on its own, valid for add-or-remove neighbours) or equal (an equal split, as runs
+            stored before this field were trained: their ε holds for zero-out neighbours only).
+            `dpviz.privacy.bandmf.PARTS`. Not part of the hash at bands 1.
+        privacy_check: private steps the run's privacy check replays and measures (`dpviz.privacy.check`): 3
+            (the default: the first step of each private phase, then random others), 0 turns the check off. It
+            reads every step's sampled indices in any case. It decides nothing that is computed: not part of the hash.
+        randomness: where the sampling, BandMF's parts and the noise come from (`dpviz.privacy.randomness`):
+            seeded (the default: from ``seed``, bit-reproducible, and not private against anyone who holds this
+            configuration) or secure (the operating system's entropy, in nothing dpviz exports).
     """
 
     dataset: str = "digits"
@@ -154,6 +164,9 @@ class RunConfig:
     batch_shapes: int = -1
     mechanism: str = "dp-sgd"
     bands: int = 1
+    parts: str = "independent"
+    randomness: str = "seeded"
+    privacy_check: int = 3
 
     def __post_init__(self):
         coerce(self)
@@ -190,6 +203,10 @@ class RunConfig:
                                  ("switch_batch", 256), ("mechanism", "dp-sgd"), ("bands", 1)):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
+            if d["randomness"] == "seeded":  # every run stored before it was seeded
+                d.pop("randomness")
+            if self.bands == 1 or d["parts"] == "equal":  # unread at b = 1; stored BandMF runs split equally
+                d.pop("parts")
             if catalog.dataset(self.dataset).modality != "text":
                 for k in TEXT_ONLY_FIELDS:  # read only by text datasets
                     d.pop(k)

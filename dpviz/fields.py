@@ -15,7 +15,8 @@ import math
 from dpviz import catalog, strategies
 from dpviz.errors import ConfigError, missing_package
 from dpviz.privacy import accountants
-from dpviz.privacy.bandmf import BANDED, MAX_BANDS, MECHANISMS
+from dpviz.privacy.bandmf import BANDED, MAX_BANDS, MECHANISMS, PARTS
+from dpviz.privacy.randomness import RANDOMNESS
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 CLIPPINGS = ("abadi", "auto-s")
@@ -33,7 +34,7 @@ MAX_EPSILON = 100.0  # beyond it ε bounds nothing (e^ε ≈ 10^43), and PRV's d
 _INT_RANGES = {"batch_size": (1, 10**7), "epochs": (1, 10**5), "eval_every": (1, 10**9),
                "checkpoint_every": (-1, 10**9), "eval_subset": (10, 10**6), "seed": (0, 2**63 - 1),
                "max_length": (8, 512), "train_size": (0, 10**7), "holdout": (0, 10**6),
-               "batch_shapes": (-1, 16), "bands": (1, MAX_BANDS)}
+               "batch_shapes": (-1, 16), "bands": (1, MAX_BANDS), "privacy_check": (0, 64)}
 _TEXT_FIELDS = ("data_dir", "weights")  # a path or nothing
 TEXT_ONLY_FIELDS = ("max_length",)  # read only by text datasets (the tokenizer's truncation)
 
@@ -56,7 +57,8 @@ def total_steps(cfg, n: int) -> int:
 
 _TYPES = {"epsilon": float, "delta": float, "clip_norm": float, "lr_lp": float, "lr_ft": float, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int, "max_length": int,
-          "train_size": int, "holdout": int, "batch_shapes": int, "bands": int}  # the shared numeric fields
+          "train_size": int, "holdout": int, "batch_shapes": int, "bands": int,
+          "privacy_check": int}  # the shared numeric fields
 
 
 def numeric_types() -> dict[str, type]:
@@ -132,7 +134,8 @@ def validate(cfg) -> None:
                           ("strategy", strategies.names()),
                           ("accountant", accountants.names()), ("optimizer", OPTIMIZERS),
                           ("grad_sample_mode", GRAD_SAMPLE_MODES), ("device", DEVICES), ("clipping", CLIPPINGS),
-                          ("precision", PRECISIONS), ("keep_weights", KEEP_WEIGHTS), ("mechanism", MECHANISMS)):
+                          ("precision", PRECISIONS), ("keep_weights", KEEP_WEIGHTS), ("mechanism", MECHANISMS),
+                          ("randomness", RANDOMNESS), ("parts", PARTS)):
         _choice(cfg, name, allowed)
     acc = accountants.get(cfg.accountant)
     if cfg.epsilon != math.inf and not acc.available():  # before any training, not at σ

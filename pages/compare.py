@@ -19,7 +19,9 @@ labels = {r["run_id"]: f"{names[r['run_id']]} · {r['status']}" for r in results
 default = [r for r in picked if r in labels] or list(labels)[:3]
 chosen = runs.pick_runs(labels, default, "cmp_runs")
 metric = st.selectbox("metric", list(figures.LABELS), index=list(figures.LABELS).index("test_accuracy"),
-                      format_func=figures.LABELS.get, key="cmp_metric")
+                      format_func=figures.metric_label, key="cmp_metric",  # a private batch's: not covered by ε
+                      help="Training loss and accuracy, the clipped fraction and the gradient norm are exact "
+                      "statistics of each step's private batch: the run's ε does not cover them.")
 
 if not chosen:
     st.info("Select runs to compare above." if labels else "No run in the store yet: launch one on the Runs page "
@@ -34,14 +36,17 @@ def render_figures():
     """Curves, bands, table; redrawn every 2 s while a chosen run trains."""
     df = results.curves(store, chosen)
     configs = [store.get_run(r)["config"] for r in chosen]
+    summaries = [{**(store.get_run(r)["summary"] or {}), "run_id": r} for r in chosen]  # their privacy checks
     fig = figures.metric_curves(df, metric)
     st.plotly_chart(fig, key="cmp_curves")
-    runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves")
+    runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves",
+                       summaries=summaries)
     bands = results.seed_bands(df)
     if (bands["n"] > 1).any():
         bfig = figures.band_curves(bands, metric)
         st.plotly_chart(bfig, key="cmp_bands")
-        runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands")
+        runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands",
+                           summaries=summaries)
     table = results.final_table(store, chosen)
     st.dataframe(table, hide_index=True, key="cmp_table",
                  column_config={"test_accuracy": st.column_config.NumberColumn(format="%.3f"),

@@ -17,7 +17,7 @@ from dpviz.privacy.accounting import Phase
 from dpviz.store import Store
 from dpviz.training.loop import Loop
 
-from mechanism import independent_epsilon  # dp_accounting's PLD, written outside dpviz's accounting
+from dpviz.privacy.check import independent_epsilon  # dp_accounting's PLD, composed outside dpviz's accounting
 
 DELTA = 1e-5
 
@@ -100,11 +100,11 @@ def test_bandmf_is_accounted_as_dp_sgd_over_t_over_b_steps_at_rate_b_q():
     sigma, q, T = 1.2, 0.02, 100
     dp = Phase(name="fft", steps=T, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0)
     assert accounting.epsilon(phases=[dp], delta=DELTA, accountant="pld") == pytest.approx(
-        independent_epsilon([(sigma, q, T)], DELTA), rel=2e-3)
+        independent_epsilon([(sigma, q, T, 1)], DELTA), rel=2e-3)
     for b in (2, 4, 8):
         band = Phase(name="fft", steps=T, noise_multiplier=sigma, sample_rate=q, clip_norm=1.0, bands=b)
         ours = accounting.epsilon(phases=[band], delta=DELTA, accountant="pld")
-        assert ours == pytest.approx(independent_epsilon([(sigma, b * q, math.ceil(T / b))], DELTA), rel=2e-3)
+        assert ours == pytest.approx(independent_epsilon([(sigma, b * q, math.ceil(T / b), 1)], DELTA), rel=2e-3)
         assert accounting.epsilon(phases=[band], delta=DELTA, accountant="rdp") >= ours  # RDP: looser, for comparison
 
 
@@ -118,7 +118,7 @@ def test_calibrated_sigma_keeps_bandmf_within_its_budget(target, steps, bands):
     sigma = accounting.calibrate_sigma(target_epsilon=target, delta=DELTA, phases=phases, accountant="pld")
     calibrated = accounting.with_sigma(phases, sigma)
     assert accounting.epsilon(phases=calibrated, delta=DELTA, accountant="pld") <= target
-    history = [(sigma, min(1, bands * 0.05), math.ceil(p.steps / bands)) for p in phases]
+    history = [(sigma, min(1, bands * 0.05), math.ceil(p.steps / bands), 1) for p in phases]
     assert independent_epsilon(history, DELTA) <= target * 1.002
     assert accounting.epsilon(phases=accounting.with_sigma(phases, 0.97 * sigma), delta=DELTA, accountant="pld") > target
 
@@ -159,7 +159,7 @@ def test_one_band_trains_dp_sgds_run_bit_for_bit_and_four_bands_stay_within_the_
     assert one["test_accuracy"] == dp["test_accuracy"] and one["epsilon_spent"] == dp["epsilon_spent"]
     four, _ = _run(mechanism="bandmf", bands=4)
     assert four["epsilon_spent"] <= 2.0 and [p["bands"] for p in four["phases"]] == [4, 4]
-    history = [(p["noise_multiplier"], 4 * p["sample_rate"], math.ceil(p["steps"] / 4)) for p in four["phases"]]
+    history = [(p["noise_multiplier"], p["sample_rate"], p["steps"], 4) for p in four["phases"]]
     assert independent_epsilon(history, DELTA) <= 2.0 * 1.01
 
 

@@ -339,7 +339,7 @@ def test_live_curves_draw_each_run_once_in_the_legend_and_alike_in_every_panel()
     df = pd.concat([curves(["lp", "fft", "lp"]).assign(metric=m) for m in ("loss", "test_accuracy", "epsilon")])
     df["run_id"] = df["label"] = [f"{s} {i // 3 % 3}" for i, s in enumerate(df["strategy"])]  # two lp runs
     fig = figures.live_curves(df, ("loss", "test_accuracy", "epsilon"))
-    assert [a.text for a in fig.layout.annotations] == ["Training loss", "Test accuracy", "ε spent"]
+    assert [a.text for a in fig.layout.annotations] == ["Training loss (not covered by ε)", "Test accuracy", "ε spent"]
     assert [fig.layout[f"xaxis{k}"].title.text for k in ("", 2, 3)] == ["training step"] * 3
     assert fig.layout.yaxis.title.text == "cross-entropy, nats" and fig.layout.yaxis2.title.text == "fraction"
     shown = [tr.name for tr in fig.data if tr.showlegend is not False]

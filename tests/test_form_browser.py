@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from browser_util import browser, need_chromium, server, slide
+from dpviz.privacy import randomness
 from dpviz.store import Store
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ SHOWN = {"ε (privacy budget, log scale)": ("epsilon", EPS), "accountant": ("acc
          "training subset (0: all)": ("train_size", int), "tokens per text": ("max_length", int),
          "precision": ("precision", str), "epochs": ("epochs", int), "batch size B": ("batch_size", int),
          "clip norm C": ("clip_norm", float), "optimizer": ("optimizer", str), "seed": ("seed", int),
-         "clipping": ("clipping", str)}
+         "clipping": ("clipping", str), "randomness": ("randomness", str)}
 
 
 def shown(page) -> dict:
@@ -213,9 +214,13 @@ def test_sliders_moved_by_keyboard_and_launched_at_once(page):
     sliders.nth(1).focus()
     for _ in range(6):  # p 0.30 → 0.60
         page.keyboard.press("ArrowRight")
+    assert page.get_by_text("keeping or exporting its weights gives them its noise").first.is_visible()
     form, before = launch(page, cache)
-    assert form["lp_fraction"] == 0.6 and form["epsilon"] == 1.5
+    assert form["lp_fraction"] == 0.6 and form["epsilon"] == 1.5 and form["randomness"] == "seeded"
     assert_launched_as_shown(cache, before, form)
+    # what the run releases, as the page says it: the live loss panel's label, and the line beside its ε
+    page.get_by_text("Training loss (not covered by ε)").first.wait_for(timeout=90000)
+    page.get_by_text(randomness.SEEDED_LINE).first.wait_for(timeout=90000)
 
 
 def test_a_dragged_slider_then_launch_at_once_and_again(page):

@@ -9,6 +9,7 @@ from dpviz.audit.run import (MAX_CANARIES, AuditSpec, THREATS, KINDS, audit, bes
                              time_estimate)
 from dpviz.audit.search import audit_search  # noqa: F401
 from dpviz.audit import readings, sweep  # noqa: F401  (the readings under an audit, and sweeps of audits)
+from dpviz.audit import verify  # noqa: F401  (a run's own privacy check, read back or replayed)
 
 __all__ = ["MAX_CANARIES", "AuditSpec", "THREATS", "KINDS", "audit", "best_per_config", "roc", "stored", "time_estimate",
-           "audit_search", "readings", "sweep"]
+           "audit_search", "readings", "sweep", "verify"]

@@ -20,6 +20,7 @@ from dataclasses import fields
 
 from dpviz.config import RunConfig, load_config_file
 from dpviz.errors import ConfigError, DpvizError
+from dpviz.privacy import PARTS, RANDOMNESS
 from dpviz.tasks import TASKS, with_task
 
 EXIT_USAGE = 2
@@ -43,6 +44,7 @@ def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
         helptext = f"default: {f.default}"
         if f.name == "strategy":
             helptext = f"one of {', '.join(strategies.names())} (see `strategies`); {helptext}"
+        helptext = f"{CHOICE_HELP[f.name]}; {helptext}" if f.name in CHOICE_HELP else helptext
         box = g
         if f.name in groups:
             cls, prm = groups[f.name]
@@ -53,6 +55,16 @@ def config_flags(p: argparse.ArgumentParser, skip=()) -> None:
     g.add_argument("--preset", default=None, metavar="TASK",
                    help=f"start from a task's fields ({', '.join(TASKS)}; --config and flags override them): "
                         "real-text is MiniLM on tweets, real-vision EfficientNet-Lite0 on Fashion-MNIST")
+
+
+CHOICE_HELP = {
+    "randomness": f"one of {', '.join(RANDOMNESS)}: where sampling, BandMF's parts and noise come from: the seed "
+                  "(reproducible, and not private against anyone who holds the configuration) or the operating "
+                  "system's entropy (for a model released to others)",
+    "parts": f"one of {', '.join(PARTS)}: how BandMF splits records into its parts (bands > 1): independent holds "
+             "for adding or removing a record, equal for zero-out neighbours only",
+}
+"""The help of the fields whose choices decide what a run's ε covers."""
 
 
 def config_from_args(args) -> RunConfig:

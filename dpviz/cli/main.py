@@ -5,7 +5,7 @@ Every `RunConfig` field is a flag (``--lp-fraction 0.3``); ``--config FILE``
 line naming the field and exits with code 2; the store is not touched.
 
 The subcommands live in one module per group, each adding its own parsers (`PARSERS`) with their
-commands as handlers: `runs` (run, list, show, delete, analyze, features), `audit`, `sweeps` (sweep,
+commands as handlers: `runs` (run, list, show, delete, analyze, features), `audit`, `verify`, `sweeps` (sweep,
 tune, worker) and `info` (accountants, strategies, reproduce, theory); `common` holds what they share.
 This module imports the groups; they import only `common`.
 """
@@ -19,13 +19,13 @@ import sys
 from dpviz import catalog
 from dpviz.errors import DpvizError
 from dpviz.store import no_new_store_on_error
-from dpviz.cli import audit, info, runs, sweeps
+from dpviz.cli import audit, info, runs, sweeps, verify
 from dpviz.cli.common import Parser, fail
 
 # The order ``--help`` lists them in.
-ORDER = ("run", "audit", "theory", "list", "show", "delete", "analyze", "sweep", "tune", "worker", "accountants",
+ORDER = ("run", "audit", "theory", "list", "show", "verify", "delete", "analyze", "sweep", "tune", "worker", "accountants",
          "strategies", "features", "reproduce")
-PARSERS = {**runs.PARSERS, **audit.PARSERS, **sweeps.PARSERS, **info.PARSERS}
+PARSERS = {**runs.PARSERS, **audit.PARSERS, **sweeps.PARSERS, **info.PARSERS, **verify.PARSERS}
 
 
 def build_parser() -> Parser:

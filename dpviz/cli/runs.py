@@ -16,6 +16,11 @@ from pathlib import Path
 from dpviz.config import switched_off
 from dpviz.errors import ConfigError
 from dpviz.cli.common import Progress, SearchProgress, config_flags, config_from_args, dump
+from dpviz.privacy import release
+
+SEEDED_WEIGHTS = ("dpviz: note: randomness seeded and keep_weights {keep}: the weights this run keeps give anyone who "
+                  "holds its configuration its noise (the seed regenerates the sampling and the noise); "
+                  "--randomness secure for weights that leave your hands")
 
 
 def add_run(sub) -> None:
@@ -53,9 +58,13 @@ def add_list(sub) -> None:
 
 
 def add_show(sub) -> None:
-    sh = sub.add_parser("show", help="show one stored run")
+    sh = sub.add_parser("show", help="show one stored run: its result and what its ε covers",
+                        description="Show one stored run: its result and, for a private run, what its ε covers, "
+                                    "against whom, the neighbour relation, where its random draws came from and its "
+                                    "privacy check. --json: the whole summary, with the statement as \"privacy\".")
     sh.add_argument("run_id")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("--json", action="store_true", help="the whole summary as JSON, with \"privacy\" (what ε covers) "
+                    "and \"privacy_check\"")
     sh.set_defaults(handler=cmd_show)
 
 
@@ -110,12 +119,19 @@ def cmd_run(args) -> int:
     summary = hit or _train(cfg, args)
     if summary is None:
         return 130
-    print(dump(summary) if args.json else text(summary))
+    print(dump(summary) if args.json else "\n".join([text(summary), *privacy_lines(summary)]))
+    _say_seeded_weights(cfg)  # once the run is there: bad input stays one line
     if (summary.get("auto") or {}).get("warning"):  # in --json too, as summary["auto"]["warning"]
         print(f"dpviz: warning: learning rates on auto: {summary['auto']['warning']}", file=sys.stderr)
     if not summary.get("cached"):
         _analyze_later(summary["run_id"], args.cache_dir)
     return 0
+
+
+def _say_seeded_weights(cfg) -> None:
+    """A private seeded run that keeps weights: say once, beside its result, what those weights give away."""
+    if cfg.private and cfg.randomness == "seeded" and cfg.keep_weights != "none":
+        print(SEEDED_WEIGHTS.format(keep=cfg.keep_weights), file=sys.stderr)
 
 
 def _say_force(cfg, cache_dir) -> None:
@@ -197,7 +213,9 @@ def _run_rank(cfg, args) -> int:
     finally:
         distributed.close()
     if world.rank == 0:
-        print(dump(summary) if args.json else text(summary) + f"  ({world.size} processes, {world.backend})")
+        print(dump(summary) if args.json else "\n".join([text(summary) + f"  ({world.size} processes, "
+                                                           f"{world.backend})", *privacy_lines(summary)]))
+        _say_seeded_weights(cfg)
         if not summary.get("cached"):
             _analyze_later(summary["run_id"], args.cache_dir)
     return 0
@@ -316,8 +334,33 @@ def cmd_show(args) -> int:
     from dpviz.store import Store
 
     store = Store(args.cache_dir)
-    print(dump(summary_of(store.get_run(args.run_id), store)))  # JSON with or without --json
+    s = summary_of(store.get_run(args.run_id), store)
+    if args.json:
+        print(dump({**s, "privacy": release.statement(s), "privacy_check": s.get("privacy_check")}))
+    else:
+        print("\n".join([text(s), *privacy_lines(s, full=True)]))
     return 0
+
+
+def check_text(s: dict) -> str:
+    """The privacy check's line with its verdict ("privacy check passed: …"), or why there is none."""
+    chk = s.get("privacy_check")
+    return f"privacy check {chk['verdict']}: {release.check_line(s)}" if chk else release.check_line(s)
+
+
+def privacy_lines(s: dict, full: bool = False) -> list[str]:
+    """What a run's ε covers, a short line each (`release.statement`): against whom, the neighbour relation, where
+    its draws came from and its privacy check; ``full`` adds what it covers and what it does not."""
+    st = release.statement(s)
+    if not st["private"]:
+        return ["  privacy: none: trained without DP, so ε covers nothing this run releases"]
+    lines = [f"  ε covers: {st['protects']}, against {st['against']}",
+             f"  neighbours: {st['neighbours']} ({st['neighbours_meaning']})",
+             f"  randomness: {st['randomness_line']}", f"  {check_text(s)}"]
+    if full:
+        lines[1:1] = [f"  covered: {'; '.join(st['covered'])}",
+                      f"  {release.NOT_COVERED}: {'; '.join(st['not_covered'])}"]
+    return lines
 
 
 def cmd_delete(args) -> int:

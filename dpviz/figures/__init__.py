@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 
 from dpviz.figures.runs import band_curves, live_curves, metric_curves, utility_curve
-from dpviz.figures.style import ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, private_caption, with_caption
+from dpviz.figures.style import (ANALYSIS_LABELS, LABELS, PRIVATE, color, eps_text, metric_label, private_caption,
+                                 release_caption, with_caption)
 
 _SUBJECTS = ("analyses", "audit", "curvature", "reproduce", "sparse", "theory", "tuning")
 
@@ -23,4 +24,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["ANALYSIS_LABELS", "LABELS", "PRIVATE", "band_curves", "color", "eps_text", "live_curves", "metric_curves",
-           "private_caption", "utility_curve", "with_caption", *_SUBJECTS, "export"]
+           "metric_label", "private_caption", "release_caption", "utility_curve", "with_caption", *_SUBJECTS, "export"]

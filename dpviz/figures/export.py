@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from dpviz.errors import ConfigError
 from dpviz.figures import with_caption
 from dpviz.figures.style import wrap
+from dpviz.privacy import release
 
 FORMATS = ("png", "svg", "pdf", "html")
 _lock = threading.Lock()
@@ -241,6 +242,26 @@ def tidy(df: pd.DataFrame) -> pd.DataFrame:
     return out.apply(lambda c: c if pd.api.types.is_numeric_dtype(c) else c.map(_flat))
 
 
+VALUE_COLUMNS = {"value": "{m}", "mean": "{m} mean", "std": "{m} std"}
+"""The columns of a long metric table (`results.curves`, `results.seed_bands`) that hold the metric's values."""
+
+
+def labelled(df: pd.DataFrame) -> pd.DataFrame:
+    """A long metric table (a ``metric`` column) with what its values are in its headers: a table of one metric
+    names it in its value columns ("loss (not covered by ε)" for "value", `release.metric_label`) and drops the
+    column that repeated it; one of several metrics labels each ``metric`` cell instead. Any other table is
+    returned as it is: its columns are configuration fields or public results, never a private batch's."""
+    if "metric" not in df or not len(df):
+        return df
+    names = list(dict.fromkeys(df["metric"]))
+    if len(names) > 1:
+        return df.assign(metric=df["metric"].map(release.metric_label))
+    m = names[0]
+    cols = {c: release.metric_label(m, VALUE_COLUMNS[c].format(m=m)) for c in df.columns if c in VALUE_COLUMNS}
+    return df.drop(columns="metric").rename(columns=cols)
+
+
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    """``df`` as tidy CSV: one column per field (see `tidy`)."""
-    return tidy(df).to_csv(index=False).encode()
+    """``df`` as tidy CSV: one column per field (see `tidy`), a metric's values headed by its name and, for a
+    statistic of private batches, "(not covered by ε)" (see `labelled`)."""
+    return tidy(labelled(df)).to_csv(index=False).encode()

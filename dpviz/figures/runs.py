@@ -10,8 +10,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dpviz.figures.style import (DASHES, LEGEND_LINE, SERIES, color, dash_by_eps, eps_order, eps_text, layout,
-                                 log_axis, wrap)
+                                 log_axis, metric_label, wrap)
 from dpviz.figures.style import label as axis_label
+from dpviz.privacy import release
 
 LOG_METRICS = ("lr",)
 """Metrics drawn on a log axis: a learning rate spans decades (LP-FFT's head rate is ~30× its backbone's)."""
@@ -51,7 +52,7 @@ def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
     d = df[df["metric"] == metric]
     for _, label, g, line in _run_lines(d, dash_by_eps(df) if len(df) else {}):
         fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines", line=line))
-    fig = _layout(fig, _title(metric, df) if len(df) else axis_label(metric), axis_label(metric))
+    fig = _layout(fig, _title(metric, df) if len(df) else axis_label(metric), metric_label(metric))
     return log_axis(fig, "y", d["value"]) if metric in LOG_METRICS and len(d) else fig
 
 
@@ -64,7 +65,8 @@ def live_curves(df: pd.DataFrame, metrics: tuple[str, ...]) -> go.Figure:
     """
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[_name(m) for m in metrics],
+    titles = [release.metric_label(m, _name(m)) for m in metrics]  # a private batch's loss: not covered by ε
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=titles,
                         horizontal_spacing=0.1)
     dash = dash_by_eps(df) if len(df) else {}
     for col, metric in enumerate(metrics, start=1):
@@ -103,7 +105,7 @@ def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines", legendgroup=grp,
                                  line=dict(color=c, dash=dash.get(str(eps), "solid"))))
     title = (_title(metric, bands) + "<br>mean ± std over seeds") if len(bands) else axis_label(metric)
-    return _layout(fig, title, axis_label(metric))
+    return _layout(fig, title, metric_label(metric))
 
 
 def utility_curve(rows: pd.DataFrame, metric: str = "test_accuracy") -> go.Figure:

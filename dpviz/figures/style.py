@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dpviz import strategies
+from dpviz.privacy import randomness, release
 
 TEMPLATE = "plotly_white"
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -68,6 +69,12 @@ def dash_by_eps(df: pd.DataFrame) -> dict:
 def label(metric: str) -> str:
     """Axis label with units for a metric name (the name itself when unknown)."""
     return LABELS.get(metric) or ANALYSIS_LABELS.get(metric, metric)
+
+
+def metric_label(metric: str) -> str:
+    """`label`, marked "(not covered by ε)" for a statistic of private batches (`release.PRIVATE_BATCH_METRICS`):
+    the axis, menu and column of such a metric say that the DP guarantee does not cover it."""
+    return release.metric_label(metric, label(metric))
 
 
 TITLE_LINE = 56
@@ -162,6 +169,20 @@ def layout(fig: go.Figure, title: str, x: str | None, y: str | None, height: int
 def private_caption(caption: str) -> str:
     """``caption`` marked as describing statistics of private data, which the DP guarantee does not cover."""
     return f"{caption} — {PRIVATE}"
+
+
+def release_caption(caption: str, configs=(), summaries=(), metrics=()) -> str:
+    """``caption`` with what the figure's runs release that their ε does not cover: the statistics of private
+    batches among ``metrics``, the randomness line of its private ``configs`` (each distinct one once) and the
+    privacy check line of each of its run ``summaries`` that has one."""
+    lines = [caption]
+    batch = [m for m in dict.fromkeys(metrics) if release.is_private_batch_metric(m)]
+    if batch:
+        lines.append(f"{', '.join(batch)}: statistics of private batches, {release.NOT_COVERED}")
+    private = [c for c in configs if str(c.get("epsilon")) not in ("inf", "None")]
+    lines += [randomness.line(r) for r in dict.fromkeys(c.get("randomness", "seeded") for c in private)]
+    lines += [f"{s['run_id']}: {s['privacy_check']['line']}" for s in summaries if (s or {}).get("privacy_check")]
+    return "\n".join(lines)
 
 
 def with_caption(fig: go.Figure, caption: str) -> go.Figure:

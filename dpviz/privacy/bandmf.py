@@ -48,6 +48,15 @@ BANDED = ("bandmf", "bandmf-momentum")
 SGD_MOMENTUM = 0.9
 """β of dpviz's SGD (`dpviz.training.prepare.optimizer`), which ``bandmf-momentum``'s coefficients fit."""
 MAX_BANDS = 64
+PARTS = ("independent", "equal")
+"""`RunConfig.parts`: how BandMF assigns records to its b parts. ``independent`` (the default): each record's
+part is drawn uniformly and independently, so adding or removing one record moves no other (valid under the
+add-or-remove neighbours the accountants compose, as jax_privacy's ``PartitionType.INDEPENDENT``). ``equal``:
+an equal split of a random permutation, as runs stored before ``parts`` existed were trained; adding a record
+moves most others, so its ε holds for zero-out (or replace-one) neighbours only."""
+NEIGHBOURS = {"add-or-remove": "add or remove one record", "zero-out": "zero out one record (replace it by a "
+              "record that contributes nothing); an equal split of BandMF's parts is not valid for adding or "
+              "removing one"}
 
 
 def momentum(mechanism: str) -> float:
@@ -121,10 +130,18 @@ def dpsgd_equivalent(*, sigma: float, sample_rate: float, steps: int, bands: int
     return sigma, min(1.0, bands * sample_rate), -(-steps // bands)
 
 
-def parts(n: int, bands: int, seed: int):
-    """(n,) the part of each record, 0 … b−1, fixed by ``seed`` for the whole run (cyclic Poisson sampling)."""
+def neighbours(*, bands: int, parts: str) -> str:
+    """The neighbour relation a run's ε holds for (`NEIGHBOURS`): add-or-remove, except BandMF's equal split."""
+    return "zero-out" if bands > 1 and parts == "equal" else "add-or-remove"
+
+
+def parts(n: int, bands: int, seed: int, split: str = "equal"):
+    """(n,) the part of each record, 0 … b−1, fixed by ``seed`` for the whole run (cyclic Poisson sampling):
+    ``split`` independent draws each record's part uniformly (`PARTS`), equal splits a permutation evenly."""
     import torch
 
+    if split == "independent":
+        return torch.randint(bands, (n,), generator=torch.Generator().manual_seed(seed))
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     out = torch.empty(n, dtype=torch.long)
     out[order] = torch.arange(n) % bands

@@ -167,8 +167,9 @@ def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
-    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, and the
-    strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any."""
+    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, the
+    strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any, and where a private
+    run's random draws came from (`RunConfig.randomness`)."""
     from dpviz.audit.run import best_per_config
 
     audits, rows = best_per_config(store), []
@@ -185,6 +186,7 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
             "processes": s.get("world_size", 1), "step": run["step"], "total_steps": run["total_steps"],
             "audit_epsilon_lb": a.get("epsilon_lb_best"), "audit_threat": a.get("threat"),
             "audit_canaries": a.get("canaries"),
+            "randomness": s.get("randomness", c.get("randomness", "seeded")) if str(c["epsilon"]) != "inf" else None,
         })
     return pd.DataFrame(rows)
 

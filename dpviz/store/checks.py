@@ -119,7 +119,17 @@ def decode_row(row: sqlite3.Row, db: Path) -> dict:
         if not (isinstance(value, dict) or value is None and not required):
             raise damaged_row(d["run_id"], col, db, f"a {type(value).__name__}, not an object")
         d[key] = value
+    legacy_parts(d["config"])
+    if d.get("summary") and isinstance(d["summary"].get("config"), dict):
+        legacy_parts(d["summary"]["config"])
     return d
+
+
+def legacy_parts(config: dict) -> None:
+    """A BandMF run stored before `RunConfig.parts` existed split its records equally: say so in its config
+    (whose hash, without the field, is that of parts = equal), so that it is not read as the new default."""
+    if "parts" not in config and isinstance(config.get("bands"), int) and config["bands"] > 1:
+        config["parts"] = "equal"
 
 
 def damaged_row(run_id: str, col: str, db: Path, why: str) -> StoreError:

@@ -124,9 +124,11 @@ class RunFiles(SharedTensors):
         return {**self.load_weights(run_id, doc["base"], (*_seen, step)), **state}
 
     def save_resume(self, run_id: str, state: dict) -> Path:
-        """Where a stopped run goes on from (`dpviz.training.resume`): one file per run, replaced at each checkpoint."""
+        """Where a stopped run goes on from (`dpviz.training.resume`): one file per run, replaced at each checkpoint.
+        Readable by the store's owner only (0600): it holds the generators' state, which regenerates the run's
+        sampling and noise (under secure randomness, the only copy of it)."""
         path = self._new_file(run_id, "resume.pt")
-        write_atomic(path, lambda f: artifacts.write_pt(f, "resume", state))
+        write_atomic(path, lambda f: artifacts.write_pt(f, "resume", state), mode=0o600)
         return path
 
     def load_resume(self, run_id: str) -> dict | None:

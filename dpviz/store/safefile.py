@@ -39,16 +39,17 @@ def create_new(path: str | Path, mode: int = 0o666) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | os.O_CLOEXEC, mode)
 
 
-def write_atomic(path: str | Path, write) -> None:
+def write_atomic(path: str | Path, write, mode: int = 0o666) -> None:
     """Call ``write(f)`` with a new binary file beside ``path``, then rename it to ``path``.
 
     Readers never see half a file, a failed write leaves nothing behind, and the random temporary
-    name cannot be planted in advance (O_EXCL would refuse it anyway)."""
+    name cannot be planted in advance (O_EXCL would refuse it anyway). ``mode``: 0o600 for a file only its
+    owner may read (created so, never readable by others even for an instant)."""
     path = Path(path)
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
         try:
-            fd = create_new(tmp)
+            fd = create_new(tmp, mode)
             break
         except FileExistsError:
             continue

@@ -22,7 +22,7 @@ from dpviz.training import prepare
 from dpviz.training import resume
 from dpviz.training import shapes
 from dpviz.training.prepare import Cancelled, Prepared
-from dpviz.privacy import accounting, bandmf, dpsgd
+from dpviz.privacy import accounting, bandmf, check, dpsgd, randomness
 from dpviz.strategies.base import PhasePlan, PhaseSetup
 
 FLUSH_EVERY = 10  # steps between metric writes (the dashboard reads them live)
@@ -83,8 +83,10 @@ class Loop:
         self.x, self.y = b.x_train.to(self.dev), b.y_train.to(self.dev)  # (n, C, H, W), (n,)
         self.ev_x, self.ev_y = b.eval_subset(self.cfg.eval_subset)
         self.rec = Recorder(store, run_id)
-        self.gen_sample = torch.Generator().manual_seed(self.cfg.seed)
-        self.gen_noise = torch.Generator(device=self.dev).manual_seed(self.cfg.seed + 1)
+        # the private streams (`dpviz.privacy.randomness`): from the seed, or from OS entropy kept only here
+        seeds = randomness.seeds(randomness=self.cfg.randomness, seed=self.cfg.seed, world=self.world)
+        self.gen_sample = torch.Generator().manual_seed(seeds["sampling"])
+        self.gen_noise = torch.Generator(device=self.dev).manual_seed(seeds["noise"])
         self.step, self.last = 0, {}
         self.when = checkpoint_steps(self.cfg.checkpoint_every, prep.total_steps, auto_checkpoints)
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
@@ -101,8 +103,22 @@ class Loop:
         # private phase's noise memory; b = 1 is DP-SGD (no parts, no memory: the very same draws). A validated
         # config has bands 1 unless its mechanism is banded (bandmf, bandmf-momentum).
         self.bands = self.cfg.bands
-        self.parts = bandmf.parts(len(self.y), self.bands, self.cfg.seed + 3).to(self.dev) if self.bands > 1 else None
+        self.parts = (bandmf.parts(len(self.y), self.bands, seeds["parts"], self.cfg.parts).to(self.dev)
+                      if self.bands > 1 else None)
         self.noise: bandmf.BandedNoise | None = None
+        self.check: check.PrivacyCheck | None = None  # the run's privacy check (`enable_check`)
+
+    def enable_check(self) -> None:
+        """Carry the privacy check (`dpviz.privacy.check`) through this run's private steps."""
+        starts, at = [], 0
+        for p in self.prep.phases:
+            starts.append(at)
+            at += p.steps
+        seed = self.cfg.seed if self.cfg.randomness == "seeded" else randomness.entropy_seed()
+        if self.world is not None:  # every rank replays the same steps (their collectives pair up)
+            seed = self.world.share(seed)
+        self.check = check.PrivacyCheck(steps=self.cfg.privacy_check, phase_starts=starts, total=at, seed=seed,
+                                        rank=self.world.rank if self.world is not None else 0)
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:
@@ -217,6 +233,8 @@ class Loop:
         self.noise = bandmf.BandedNoise(self.bands, beta) if s.private and self.bands > 1 else None
         if state is not None and self.noise is not None and state.get("noise_memory"):
             self.noise.load_state_dict(state["noise_memory"], self.dev)
+        if self.check is not None and phase is not None and s.private:
+            self.check.enter_phase(name=plan.name, n=len(s.labels), q=phase.sample_rate, bands=self.bands)
         if getattr(self.prep.canaries, "virtual", False):  # an audit's white-box canaries follow the mechanism
             self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1, beta)
         self._t = time.perf_counter()
@@ -225,6 +243,8 @@ class Loop:
                 if not self._agreed(self.strategy.before_step(self, plan, k)):
                     break
                 idx = self._sample(len(s.labels), s.sample_rate, k if self.noise is not None else None)
+                if self.check is not None and phase is not None and s.private:
+                    self.check.sampled(idx, phase.noise_multiplier)
                 s.module.zero_grad(set_to_none=True)
                 st = self._step(stepper, s, idx, phase)
                 self.strategy.after_step(self, plan, s)
@@ -296,6 +316,12 @@ class Loop:
                 can.add(params, clip_norm=None, scale=1 / expected)
                 can.observe(params, scale=expected, noise_std=0.0, clip_norm=None)
             return st
+        if self.check is not None:  # replays this step on copies first, if it is one the check measures
+            self.check.before_step(self.private_steps, stepper, x, y, mask, clip_norm=phase.clip_norm,
+                                   sigma=phase.noise_multiplier, expected_batch=expected,
+                                   accounted_batch=phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)),
+                                   generator=self.gen_noise, clipping=self.cfg.clipping, reduce=reduce,
+                                   correlate=self.noise, precision=self.cfg.precision)
         return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
                                   expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
                                   canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask,
@@ -322,7 +348,7 @@ class Loop:
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
           cancel: threading.Event | None = None, on_checkpoint: Callable | None = None,
-          auto_checkpoints: bool = True, state: dict | None = None) -> dict:
+          auto_checkpoints: bool = True, state: dict | None = None, check_privacy: bool | None = None) -> dict:
     """Train all phases of ``prep`` and return the run's summary.
 
     ``state``: a stopped run's snapshot (`dpviz.training.resume`): training goes on from it instead of step 0.
@@ -331,10 +357,16 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
     (an audit's: only the summary and the trained ``prep.model`` remain).
     ``on_checkpoint(run_id, step)`` is called after each feature checkpoint is
     stored (the job manager queues the background analyses there). ``auto_checkpoints``: False keeps
-    ``checkpoint_every = 0`` to the start and the end (`checkpoint_steps`).
+    ``checkpoint_every = 0`` to the start and the end (`checkpoint_steps`). ``check_privacy``: whether the run
+    carries its privacy check (`dpviz.privacy.check`; None: a stored or distributed private run with
+    ``privacy_check`` > 0; an audit's unstored runs leave it out).
     """
     t0 = time.perf_counter()
     loop = Loop(prep, store, run_id, progress, cancel, on_checkpoint, auto_checkpoints)
+    if check_privacy is None:  # every rank of a distributed run alike (the check's replays hold collectives)
+        check_privacy = store is not None or loop.world is not None
+    if check_privacy and prep.cfg.private and prep.cfg.privacy_check > 0:
+        loop.enable_check()
     if state is None:
         loop.evaluate()
         loop.checkpoint()
@@ -358,7 +390,18 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         extra = {**extra, "fp16_overflows": loop.overflows}
     if prep.bundle.skipped:  # an image folder's entries that are no images: left out, and said so
         extra = {**extra, "skipped_files": prep.bundle.skipped}
+    if loop.check is not None:
+        extra = {**extra, "privacy_check": privacy_check(loop)}
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)
+
+
+def privacy_check(loop: Loop) -> dict:
+    """The privacy check's outcome (`dpviz.privacy.check`), said as an event too when it failed."""
+    cfg = loop.cfg
+    out = loop.check.result(phases=loop.prep.phases, epsilon=cfg.epsilon, delta=cfg.delta, randomness=cfg.randomness)
+    if out["verdict"] != "passed":
+        loop.event("privacy-check", out["line"])
+    return out
 
 
 def holdout_count(loop: Loop) -> dict:
@@ -392,6 +435,7 @@ def summarize(prep: Prepared, run_id: str, last: dict, wall: float, extra: dict 
         "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
         "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": spent, **approx,
         "delta": cfg.delta, "accountant": cfg.accountant, "private": cfg.private,
+        "randomness": cfg.randomness, "neighbours": bandmf.neighbours(bands=cfg.bands, parts=cfg.parts),
         "phases": [p.to_dict() for p in prep.phases], "total_steps": prep.total_steps,
         **(extra or {}), "n_train": prep.bundle.n, "device": prep.device, "wall_time_s": round(wall, 3),
     }
