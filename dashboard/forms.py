@@ -219,7 +219,7 @@ def _size_widgets(dataset: str) -> None:
     """The training subset (any dataset) and, for text, the tokens per example."""
     text = catalog.DATASETS[dataset].modality == "text"
     c1, c2, c3 = st.columns(3)
-    c4, c5, _ = st.columns(3)
+    c4, c5, c6 = st.columns(3)
     c1.number_input("training subset (0: all)", None, None, _default("f_train_size", 0), 100,
                     key="f_train_size", help="a fixed class-stratified subset of this many training "
                     "examples, the same for every seed (n for the accountant)")
@@ -233,6 +233,11 @@ def _size_widgets(dataset: str) -> None:
                  key="f_keep_weights", help="checkpoints: the weights at every feature checkpoint (the "
                  "curvature analyses reload them) and the final model; final: the final model only; none: "
                  "metrics and features only (a real backbone's trained weights are 43–90 MB a copy)")
+    c6.number_input("clip fraction inside ε: σ_b (0: off)", 0.0, None, _default("f_clip_fraction_noise", 0.0),
+                    key="f_clip_fraction_noise", help="each step also releases the count of clipped examples plus "
+                    "Gaussian noise of this std (in records): the clip fraction inside ε (clip_fraction_dp). Paid "
+                    "for by more gradient noise, 1/√(σ⁻² − σ_b⁻²) for the calibrated σ; σ_b ≈ B/20 costs little "
+                    "(Andrew et al. 2021)")
     if (cores := local_devices()) > 1:  # one run over several local processes (torchrun); not a config field
         c5.number_input("processes", 1, cores, _default("f_processes", 1), 1, key="f_processes",
                         help=f"train this run on up to {cores} local processes at once (torch.distributed: each "
@@ -319,6 +324,7 @@ def fields_of(held: dict) -> dict:
             "clip_norm": _get(held, "clip_norm"), "optimizer": _get(held, "optimizer"),
             "seed": int(_get(held, "seed")), "clipping": _get(held, "clipping"),
             "mechanism": _get(held, "mechanism"), "randomness": _get(held, "randomness"),
+            "clip_fraction_noise": float(_get(held, "clip_fraction_noise")) if eps != NO_PRIVACY else 0.0,
             **({"bands": int(_get(held, "bands")), "parts": _get(held, "parts")} if _get(held, "mechanism") in BANDED
                else {"bands": 1})}
 

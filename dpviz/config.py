@@ -118,6 +118,12 @@ class RunConfig:
             record's part drawn on its own, valid for add-or-remove neighbours) or equal (an equal split, as runs
             stored before this field were trained: their ε holds for zero-out neighbours only).
             `dpviz.privacy.bandmf.PARTS`. Not part of the hash at bands 1.
+        clip_fraction_noise: σ_b of a privatised clip fraction: each private step also releases the count of
+            clipped examples with Gaussian noise of std σ_b (in records), divided by q·n, as the metric
+            ``clip_fraction_dp``, inside ε (what adaptive clipping needs). 0 (the default): none. Its cost: the
+            pair is one Gaussian mechanism of the calibrated σ, so the gradient's own noise rises to
+            1/√(σ⁻² − σ_b⁻²) (`dpviz.privacy.accounting.grad_sigma`); σ_b must exceed σ. Andrew et al. (2021)
+            suggest σ_b ≈ B/20.
         privacy_check: private steps the run's privacy check replays and measures (`dpviz.privacy.check`): 3
             (the default: the first step of each private phase, then random others), 0 turns the check off. It
             reads every step's sampled indices in any case. It decides nothing that is computed: not part of the hash.
@@ -166,6 +172,7 @@ class RunConfig:
     bands: int = 1
     parts: str = "independent"
     randomness: str = "seeded"
+    clip_fraction_noise: float = 0.0
     privacy_check: int = 3
 
     def __post_init__(self):
@@ -200,7 +207,8 @@ class RunConfig:
             for k in _UNHASHED + tuple(others):
                 d.pop(k)
             for k, default in (("train_size", 0), ("holdout", 0), ("precision", "fp32"), ("keep_weights", "checkpoints"),
-                                 ("switch_batch", 256), ("mechanism", "dp-sgd"), ("bands", 1)):
+                                 ("switch_batch", 256), ("mechanism", "dp-sgd"), ("bands", 1),
+                                 ("clip_fraction_noise", 0.0)):
                 if d[k] == default:  # added later: runs stored before them keep their keys
                     d.pop(k)
             if d["randomness"] == "seeded":  # every run stored before it was seeded

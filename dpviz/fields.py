@@ -58,7 +58,7 @@ def total_steps(cfg, n: int) -> int:
 _TYPES = {"epsilon": float, "delta": float, "clip_norm": float, "lr_lp": float, "lr_ft": float, "batch_size": int,
           "epochs": int, "seed": int, "eval_every": int, "checkpoint_every": int, "eval_subset": int, "max_length": int,
           "train_size": int, "holdout": int, "batch_shapes": int, "bands": int,
-          "privacy_check": int}  # the shared numeric fields
+          "privacy_check": int, "clip_fraction_noise": float}  # the shared numeric fields
 
 
 def numeric_types() -> dict[str, type]:
@@ -161,6 +161,12 @@ def validate(cfg) -> None:
         v = getattr(cfg, name)
         if v is not None and (not isinstance(v, str) or not v.strip()):
             raise ConfigError(name, "a path (text), or nothing", v)
+    if not (math.isfinite(cfg.clip_fraction_noise) and cfg.clip_fraction_noise >= 0):
+        raise ConfigError("clip_fraction_noise", "a finite number ≥ 0 (0: no privatised clip fraction)",
+                          cfg.clip_fraction_noise)
+    if cfg.clip_fraction_noise and not math.isfinite(cfg.epsilon):
+        raise ConfigError("clip_fraction_noise", "0 without DP (epsilon inf): the exact clip fraction is free there",
+                          cfg.clip_fraction_noise)
     if cfg.bands > 1 and cfg.mechanism not in BANDED:
         raise ConfigError("bands", "1 with mechanism dp-sgd (bands correlate the noise: mechanism bandmf or "
                           "bandmf-momentum)", cfg.bands)

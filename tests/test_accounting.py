@@ -281,3 +281,18 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_a_noisy_count_beside_the_gradient_is_one_gaussian_mechanism_of_the_calibrated_sigma():
+    """σ_b of the clipped count and σ_g of the gradient: a record moves the pair by at most (C, 1), so in units of
+    each noise the pair is a Gaussian mechanism of multiplier (σ_g⁻² + σ_b⁻²)^(−1/2): that is the phase's σ."""
+    from dpviz.privacy.accounting import Phase, grad_sigma
+
+    p = Phase(name="fft", steps=10, noise_multiplier=2.0, sample_rate=0.1, clip_norm=1.0, count_noise=10.0)
+    assert (p.grad_noise_multiplier ** -2 + 10.0 ** -2) ** -0.5 == pytest.approx(2.0)
+    assert p.grad_noise_multiplier > 2.0
+    assert Phase.from_dict(p.to_dict()) == p
+    assert "count_noise" not in Phase(name="fft", steps=1, noise_multiplier=2.0, sample_rate=0.1, clip_norm=1).to_dict()
+    assert grad_sigma(sigma=2.0, count_noise=0.0) == 2.0
+    with pytest.raises(ValueError, match="clip_fraction_noise: more than σ = 2"):
+        grad_sigma(sigma=2.0, count_noise=2.0)

@@ -248,3 +248,32 @@ def test_a_two_process_run_carries_a_passing_check_on_every_rank(tmp_path):
     got = checked(summary)
     assert got["_"]["verdict"] == "passed", got["_"]["line"]
     assert len([c for st in got["_"]["steps"] for c in st["contributions"]]) == 6
+
+
+# --- the clip fraction inside ε -------------------------------------------------------------------------
+def test_a_privatised_clip_fraction_is_paid_for_inside_epsilon(cache_dir):
+    """clip_fraction_noise σ_b: each step also releases the clipped count plus N(0, σ_b²); the pair is one
+    Gaussian mechanism of the calibrated σ, so the gradient's noise rises to σ_g = 1/√(σ⁻² − σ_b⁻²), ε stays within
+    the budget, and the check reads the count's noise off the releases."""
+    from dpviz.privacy import release
+    from dpviz.store import Store
+
+    s = dpviz.run(RunConfig(**FFT, clip_fraction_noise=12.8), cache_dir=cache_dir)
+    phase = s["phases"][0]
+    assert phase["count_noise"] == 12.8
+    assert phase["grad_noise_multiplier"] == pytest.approx((phase["noise_multiplier"] ** -2 - 12.8 ** -2) ** -0.5)
+    assert s["epsilon_spent"] <= FFT["epsilon"]
+    got = checked(s)
+    assert got["_"]["verdict"] == "passed" and got["count noise"]["passed"], got["_"]["line"]
+    released = [v for _, v in Store(cache_dir).metrics(s["run_id"], "clip_fraction_dp")["clip_fraction_dp"]]
+    exact = [v for _, v in Store(cache_dir).metrics(s["run_id"], "clip_fraction")["clip_fraction"]]
+    assert len(released) == phase["steps"] and released != exact
+    assert any("clip_fraction_dp" in c for c in release.statement(s)["covered"])
+    assert release.metric_label("clip_fraction_dp") == "clip_fraction_dp"  # inside ε: no label
+    assert release.metric_label("clip_fraction").endswith("(not covered by ε)")
+
+
+def test_a_clip_fraction_released_without_its_noise_fails(cache_dir, capsys, monkeypatch):
+    noise = dpsgd.gaussian_noise
+    monkeypatch.setattr(dpsgd, "gaussian_noise", lambda p, std, gen: noise(p, std if p.dim() else 0.0, gen))
+    verify_fails(dict(FFT, clip_fraction_noise=12.8), cache_dir, capsys, "count noise")

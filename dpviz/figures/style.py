@@ -37,6 +37,7 @@ LABELS = {
     "loss": "training loss (cross-entropy, nats)", "train_accuracy": "training accuracy (fraction)",
     "test_accuracy": "test accuracy (fraction)", "test_loss": "test loss (cross-entropy, nats)",
     "epsilon": "ε spent (at the run's δ)", "clip_fraction": "per-sample gradients clipped (fraction)",
+    "clip_fraction_dp": "per-sample gradients clipped, privatised inside ε (noisy fraction)",
     "grad_norm": "mean per-sample gradient norm (L2)", "lr": "learning rate",
     "step_ms": "step wall time (ms)", "decelerator_public": "decelerator on public data",
 }

@@ -43,6 +43,10 @@ class Phase:
         clip_norm: per-sample clipping norm C (does not enter ε).
         bands: 1 for DP-SGD's independent noise; b > 1 for BandMF's banded correlated noise with cyclic Poisson
             sampling over b parts (`dpviz.privacy.bandmf`), accounted as its equivalent DP-SGD schedule.
+        count_noise: σ_b of the noisy count of clipped examples each step also releases (`RunConfig.clip_fraction_noise`;
+            0: none). The pair is one Gaussian mechanism: a record moves the clipped sum by at most C and the count
+            by at most 1, so with noise σ_g·C and σ_b its multiplier is 1/√(σ_g⁻² + σ_b⁻²). ``noise_multiplier``
+            is that σ (what the accountant composes); the gradient's own is `grad_noise_multiplier` ≥ σ.
     """
 
     name: str
@@ -51,17 +55,42 @@ class Phase:
     sample_rate: float
     clip_norm: float
     bands: int = 1
+    count_noise: float = 0.0
+
+    @property
+    def grad_noise_multiplier(self) -> float:
+        """σ_g of the gradient's noise: σ itself, or 1/√(σ⁻² − σ_b⁻²) beside a noisy count."""
+        return grad_sigma(sigma=self.noise_multiplier, count_noise=self.count_noise)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if d["bands"] == 1:  # DP-SGD's phases read as they always have
             del d["bands"]
+        if not d["count_noise"]:
+            del d["count_noise"]
+        else:
+            d["grad_noise_multiplier"] = self.grad_noise_multiplier
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Phase":
+        return cls(**{k: v for k, v in d.items() if k != "grad_noise_multiplier"})
 
     def accounted(self) -> tuple[float, float, int]:
         """(σ, q, T) of the DP-SGD schedule as private as this phase (itself for DP-SGD)."""
         return bandmf.dpsgd_equivalent(sigma=self.noise_multiplier, sample_rate=self.sample_rate, steps=self.steps,
                                        bands=self.bands)
+
+
+def grad_sigma(*, sigma: float, count_noise: float) -> float:
+    """σ_g such that gradient noise σ_g·C beside a count's noise σ_b is one Gaussian mechanism of multiplier σ:
+    σ⁻² = σ_g⁻² + σ_b⁻² (σ_b must exceed σ)."""
+    if not count_noise or not sigma:
+        return sigma
+    if count_noise <= sigma:
+        raise ValueError(f"clip_fraction_noise: more than σ = {sigma:.4g} (the count's noise must leave the gradient "
+                         f"part of the budget); got {count_noise:g}")
+    return 1.0 / math.sqrt(sigma ** -2 - count_noise ** -2)
 
 
 def epsilon(*, phases: list[Phase], delta: float, accountant: str | registry.Accountant = "prv") -> float:

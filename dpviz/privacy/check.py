@@ -84,11 +84,12 @@ class StepFigures:
 class PhaseSchedule:
     """The sampled indices of one private phase, reduced to counts as they come (nothing else is kept)."""
 
-    def __init__(self, name: str, n: int, q: float, bands: int):
-        self.name, self.n, self.q, self.bands = name, n, q, bands
+    def __init__(self, name: str, n: int, q: float, bands: int, count_noise: float = 0.0):
+        self.name, self.n, self.q, self.bands, self.count_noise = name, n, q, bands, count_noise
         self.last = torch.full((n,), -(10**9), dtype=torch.long)
         self.count = torch.zeros(n, dtype=torch.long)
         self.sizes: list[int] = []
+        self.count_draws: list[float] = []  # a privatised clip fraction's noise (release − exact count), in records
         self.min_gap: int | None = None
         self.sigmas: set[float] = set()
 
@@ -138,6 +139,13 @@ class PhaseSchedule:
             out.append(_verdict("batch sizes", lo <= stat <= hi,
                                 f"{self.name}: drawn batch sizes {m:.1f} ± {math.sqrt(within / df):.1f}, spread "
                                 f"{stat / df:.3f} of Poisson sampling's (allowed {lo / df:.3f}–{hi / df:.3f})"))
+        if self.count_noise and len(self.count_draws) >= 2:
+            k = len(self.count_draws)
+            stat = sum(d * d for d in self.count_draws) / self.count_noise ** 2
+            lo, hi = _chi2_band(k)
+            out.append(_verdict("count noise", lo <= stat <= hi,
+                                f"{self.name}: the privatised clip fraction's noise {math.sqrt(stat / k):.3f}·σ_b "
+                                f"over {k} steps (allowed {math.sqrt(lo / k):.3f}–{math.sqrt(hi / k):.3f})"))
         return out
 
 
@@ -174,8 +182,12 @@ class PrivacyCheck:
         self.first_step: int | None = None  # the first private step this process saw (a resumed run: later)
 
     # --- the loop's hooks ------------------------------------------------------------------------------
-    def enter_phase(self, *, name: str, n: int, q: float, bands: int) -> None:
-        self.phases.append(PhaseSchedule(name, n, q, bands))
+    def enter_phase(self, *, name: str, n: int, q: float, bands: int, count_noise: float = 0.0) -> None:
+        self.phases.append(PhaseSchedule(name, n, q, bands, count_noise))
+
+    def count_released(self, noise: float) -> None:
+        """A step's privatised clipped count minus the exact one: its noise, which must be N(0, σ_b²)."""
+        self.phases[-1].count_draws.append(float(noise))
 
     def sampled(self, idx: torch.Tensor, sigma: float) -> None:
         self.phases[-1].add(idx)
@@ -337,9 +349,10 @@ class PrivacyCheck:
                 history.append((ph.noise_multiplier, ph.sample_rate, steps, ph.bands))
                 continue
             obs = seen.pop(0) if seen else None
-            sigma = max(obs.sigmas, default=ph.noise_multiplier) if obs else ph.noise_multiplier
-            if obs and len(obs.sigmas) > 1:
-                sigma = min(obs.sigmas)
+            # the gradient's σ_g as the steps were given it (the smallest, were there several), with the count's σ_b
+            sigma = min(obs.sigmas, default=ph.grad_noise_multiplier) if obs else ph.grad_noise_multiplier
+            if ph.count_noise:
+                sigma = 1 / math.sqrt(sigma ** -2 + ph.count_noise ** -2)
             history.append((sigma, ph.sample_rate, before + (len(obs.sizes) if obs else 0), ph.bands))
             before = 0
         try:

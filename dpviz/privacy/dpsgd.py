@@ -28,6 +28,7 @@ class StepStats:
     batch_size: int
     clip_fraction: float | None = None
     grad_norm: float | None = None
+    clip_fraction_dp: float | None = None  # the noisy clipped count over q·n (``count_noise`` > 0): inside ε
 
 
 def _trainable(module: nn.Module) -> list[nn.Parameter]:
@@ -158,7 +159,8 @@ def _batch_sums(out, y, mask, loss_sum, norms=None, clip_norm=None) -> list[torc
 
 def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch: float, generator: torch.Generator,
-                 clipping: str = "abadi", canaries=None, reduce=None, mask=None, correlate=None) -> StepStats:
+                 clipping: str = "abadi", canaries=None, reduce=None, mask=None, correlate=None,
+                 count_noise: float = 0.0) -> StepStats:
     """Set ``p.grad`` to the noisy mean of clipped per-sample gradients.
 
     grad = (Σ_i g_i · c_i + N(0, σ²C² I)) / (q·n), with c_i = min(1, C/‖g_i‖) (Abadi) or
@@ -173,6 +175,9 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     to this rank's clipped sums before the noise, which every rank then draws alike: it enters once.
     ``correlate``: BandMF's noise memory (`dpviz.privacy.bandmf.BandedNoise`), turning this step's fresh draws
     into its row of M⁻¹Z; None is DP-SGD's independent noise.
+    ``count_noise``: σ_b > 0 also releases the count of clipped examples plus N(0, σ_b²), over q·n, as
+    ``clip_fraction_dp`` (one draw after the gradient's; `dpviz.privacy.accounting.Phase.count_noise` accounts the
+    pair, and ``noise_multiplier`` is then the gradient's own σ_g).
     """
     params, stats, total = stepper.params, None, None
     for xc, yc, mc in _parts(x, y, mask):
@@ -201,7 +206,12 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
     if canaries is not None:
         canaries.observe(params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
                          clip_norm=clip_norm, clipping=clipping)
-    return _step_stats(stats, params[0].device if params else _device(x), reduce)
+    device = params[0].device if params else _device(x)
+    draw = gaussian_noise(torch.empty((), device=device), count_noise, generator) if count_noise else None
+    st = _step_stats(stats, device, reduce)
+    if draw is not None:  # the exact count (every rank's, summed) plus one draw that every rank makes alike
+        st.clip_fraction_dp = (round((st.clip_fraction or 0.0) * st.batch_size) + float(draw)) / expected_batch
+    return st
 
 
 def _device(x) -> torch.device:

@@ -77,8 +77,12 @@ def statement(summary: dict) -> dict:
         not_covered.append("the exact holdout count (a private search accounts only its noisy version)")
     if rnd == "seeded":
         not_covered.append("the sampling and the noise, which anyone holding this configuration regenerates")
+    covered = list(COVERED)
+    if cfg.get("clip_fraction_noise"):
+        covered.append(f"the privatised clip fraction (clip_fraction_dp: the clipped count plus noise of std "
+                       f"{cfg['clip_fraction_noise']:g}, paid for by more gradient noise)")
     return {"private": True, "epsilon": cfg.get("epsilon"), "delta": cfg.get("delta"),
             "protects": "the training records", "against": ADVERSARY if rnd == "secure" else SEEDED_AGAINST,
             "neighbours": rel, "neighbours_meaning": bandmf.NEIGHBOURS[rel],
-            "covered": list(COVERED), "not_covered": not_covered, "private_batch_metrics": list(PRIVATE_BATCH_METRICS),
+            "covered": covered, "not_covered": not_covered, "private_batch_metrics": list(PRIVATE_BATCH_METRICS),
             "randomness": rnd, "randomness_line": randomness.line(rnd)}

@@ -22,7 +22,7 @@ import pandas as pd
 from dpviz.store import SHOWN, Store
 
 CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
-                 "clip_fraction", "grad_norm", "lr", "step_ms")
+                 "clip_fraction", "clip_fraction_dp", "grad_norm", "lr", "step_ms")
 _VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
 
 

@@ -254,7 +254,7 @@ def search_cost(study: optuna.Study) -> dict | None:
     if not done:
         return None
     delta = done[0]["delta"]
-    trials = [[Phase(**p) for p in s["phases"]] for s in done]
+    trials = [[Phase.from_dict(p) for p in s["phases"]] for s in done]
     # the costliest trial stands for every trial of the random-count search (one ε(λ) must bound them all)
     worst = max(trials, key=lambda ph: selection.fixed_count_epsilon(trials=[ph], delta=delta))
     k = len(trials)

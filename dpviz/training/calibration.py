@@ -74,7 +74,12 @@ def calibrated_phases(cfg: RunConfig, n: int, num_blocks: int, *,
                     bands=b) for p in plans if not p.public]
     if cfg.private:
         sigma = calibrate(cfg, phases) if sigma is None else sigma
-        phases = [replace(p, noise_multiplier=sigma) for p in phases]
+        phases = [replace(p, noise_multiplier=sigma, count_noise=cfg.clip_fraction_noise) for p in phases]
+        if phases and cfg.clip_fraction_noise:
+            try:  # the count's noise must leave the gradient part of σ (checked once σ is known)
+                phases[0].grad_noise_multiplier
+            except ValueError as e:
+                raise ConfigError("clip_fraction_noise", str(e).split(": ", 1)[-1]) from None
     return plans, phases, q
 
 

@@ -234,7 +234,8 @@ class Loop:
         if state is not None and self.noise is not None and state.get("noise_memory"):
             self.noise.load_state_dict(state["noise_memory"], self.dev)
         if self.check is not None and phase is not None and s.private:
-            self.check.enter_phase(name=plan.name, n=len(s.labels), q=phase.sample_rate, bands=self.bands)
+            self.check.enter_phase(name=plan.name, n=len(s.labels), q=phase.sample_rate, bands=self.bands,
+                                   count_noise=phase.count_noise)
         if getattr(self.prep.canaries, "virtual", False):  # an audit's white-box canaries follow the mechanism
             self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1, beta)
         self._t = time.perf_counter()
@@ -244,7 +245,7 @@ class Loop:
                     break
                 idx = self._sample(len(s.labels), s.sample_rate, k if self.noise is not None else None)
                 if self.check is not None and phase is not None and s.private:
-                    self.check.sampled(idx, phase.noise_multiplier)
+                    self.check.sampled(idx, phase.grad_noise_multiplier)
                 s.module.zero_grad(set_to_none=True)
                 st = self._step(stepper, s, idx, phase)
                 self.strategy.after_step(self, plan, s)
@@ -318,14 +319,18 @@ class Loop:
             return st
         if self.check is not None:  # replays this step on copies first, if it is one the check measures
             self.check.before_step(self.private_steps, stepper, x, y, mask, clip_norm=phase.clip_norm,
-                                   sigma=phase.noise_multiplier, expected_batch=expected,
+                                   sigma=phase.grad_noise_multiplier, expected_batch=expected,
                                    accounted_batch=phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)),
                                    generator=self.gen_noise, clipping=self.cfg.clipping, reduce=reduce,
                                    correlate=self.noise, precision=self.cfg.precision)
-        return dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.noise_multiplier,
+        st = dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.grad_noise_multiplier,
                                   expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
                                   canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask,
-                                  **({"correlate": self.noise} if self.noise is not None else {}))
+                                  **({"correlate": self.noise} if self.noise is not None else {}),
+                                  **({"count_noise": phase.count_noise} if phase.count_noise else {}))
+        if self.check is not None and st.clip_fraction_dp is not None:  # the count's noise, read off its release
+            self.check.count_released(st.clip_fraction_dp * expected - round(st.clip_fraction * st.batch_size))
+        return st
 
     def record(self, st: dpsgd.StepStats, lr: float, final: bool) -> None:
         eps = accounting.spent_at(self.prep.eps_curve, self.private_steps) if self.cfg.private else None
@@ -334,7 +339,8 @@ class Loop:
         step_ms = (now - self._t) * 1e3 if self._t is not None else None
         self.rec.add(self.step, loss=st.loss, train_accuracy=st.train_accuracy, epsilon=eps,
                      clip_fraction=st.clip_fraction, grad_norm=st.grad_norm, lr=lr, batch_size=st.batch_size,
-                     step_ms=step_ms)
+                     step_ms=step_ms, **({"clip_fraction_dp": st.clip_fraction_dp} if st.clip_fraction_dp is not None
+                                         else {}))
         if final or self.step % self.cfg.eval_every == 0:
             self.evaluate()
         elif self.step % FLUSH_EVERY == 0:
