@@ -11,6 +11,7 @@ the test texts for the embedding maps' hover.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 
 import torch
@@ -74,6 +75,26 @@ class Bundle:
         g = torch.Generator().manual_seed(12345)
         idx = torch.randperm(len(self.y_test), generator=g)[: min(m, len(self.y_test))].sort().values
         return [self.texts_test[i] for i in idx.tolist()]
+
+
+def digest(bundle: Bundle) -> str:
+    """A content digest of the training split (``x_train`` and ``y_train``: their dtypes, shapes and bytes), in
+    hex. Every loader ends in these tensors, so one digest covers image folders, MNIST/CIFAR files, text and
+    the built-in sets alike; a resumed run compares it with its snapshot's (`dpviz.training.resume`).
+
+    Kept on the bundle for the tensors it was computed from: a run's every snapshot asks, and a loader or a
+    caller that swaps or edits a tensor in place (``_version`` counts in-place edits) gets a fresh one."""
+    key = tuple((t, t._version) for t in (bundle.x_train, bundle.y_train))
+    kept = getattr(bundle, "_digest", None)
+    if kept is not None and all(a is b and va == vb for (a, va), (b, vb) in zip(kept[0], key)):
+        return kept[1]
+    h = hashlib.blake2b(digest_size=16)
+    for t in (bundle.x_train, bundle.y_train):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())  # the bytes as they are: no copy, no float rounding
+    bundle._digest = (key, h.hexdigest())
+    return bundle._digest[1]
 
 
 def to_unit_range(x: torch.Tensor, max_value: float) -> torch.Tensor:

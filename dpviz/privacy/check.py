@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import time
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -180,6 +181,7 @@ class PrivacyCheck:
         self.figures: list[StepFigures] = []
         self.phases: list[PhaseSchedule] = []
         self.first_step: int | None = None  # the first private step this process saw (a resumed run: later)
+        self.seconds = 0.0  # time spent checking: replays and reading the sampled indices
 
     # --- the loop's hooks ------------------------------------------------------------------------------
     def enter_phase(self, *, name: str, n: int, q: float, bands: int, count_noise: float = 0.0) -> None:
@@ -190,8 +192,10 @@ class PrivacyCheck:
         self.phases[-1].count_draws.append(float(noise))
 
     def sampled(self, idx: torch.Tensor, sigma: float) -> None:
+        t0 = time.perf_counter()
         self.phases[-1].add(idx)
         self.phases[-1].sigmas.add(float(sigma))
+        self.seconds += time.perf_counter() - t0
 
     def before_step(self, k: int, stepper, x, y, mask, *, clip_norm: float, sigma: float, expected_batch: float,
                     accounted_batch: float, generator, clipping: str, reduce, correlate, precision: str) -> None:
@@ -200,6 +204,7 @@ class PrivacyCheck:
             self.first_step = k
         if k not in self.due:
             return
+        t0 = time.perf_counter()
         state = _rng_states()
         try:
             fig = self._measure(k, stepper, dpsgd._parts(x, y, mask), clip_norm=clip_norm, sigma=sigma,
@@ -213,6 +218,7 @@ class PrivacyCheck:
             fig.passed = False
             fig.problems.append(f"the step divides by {expected_batch:g}, not the accounted q·n = {accounted_batch:g}")
         self.figures.append(fig)
+        self.seconds += time.perf_counter() - t0
 
     # --- measuring -----------------------------------------------------------------------------------
     def _replay(self, stepper, parts, *, generator, correlate, copy_memory=True, **args) -> torch.Tensor:
@@ -236,6 +242,7 @@ class PrivacyCheck:
         full = self._replay(stepper, parts, **args)
         rows = [(i, j) for i, (_, yc, mc) in enumerate(parts) for j in range(len(yc)) if mc is None or bool(mc[j])]
         picked = self.rng.sample(rows, min(EXAMPLES, len(rows)))
+        gone = []
         for r in range(EXAMPLES):  # every rank replays as often; only rank 0 removes a row
             if r >= len(picked) or self.rank != 0:
                 self._replay(stepper, parts, **args)
@@ -244,11 +251,14 @@ class PrivacyCheck:
             xc, yc, mc = parts[i]
             keep = torch.ones(len(yc), dtype=torch.bool, device=yc.device)
             keep[j] = False
-            gone = (xc[keep], yc[keep], None) if mc is None else (xc, yc, mc & keep)
-            measured = full - self._replay(stepper, parts[:i] + [gone] + parts[i + 1:], **args)
-            own = own_clipped(stepper, xc, yc, j, C, args["clipping"])
-            fig.contributions.append(float(measured.norm()) / C)
-            fig.errors.append(float((measured - own).norm()) / C)
+            without = (xc[keep], yc[keep], None) if mc is None else (xc, yc, mc & keep)
+            gone.append((i, j, full - self._replay(stepper, parts[:i] + [without] + parts[i + 1:], **args)))
+        for i in sorted({i for i, _, _ in gone}):  # one forward of each chunk for its removed rows' own gradients
+            rows = [(j, measured) for c, j, measured in gone if c == i]
+            owns = own_clipped(stepper, parts[i][0], parts[i][1], [j for j, _ in rows], C, args["clipping"])
+            for (j, measured), own in zip(rows, owns):
+                fig.contributions.append(float(measured.norm()) / C)
+                fig.errors.append(float((measured - own).norm()) / C)
         coords = _coords(full.numel(), self.rng)
         diffs = [(full - self._replay(stepper, parts, **{**args, "generator": _fresh(args["generator"], 0)}))[coords]]
         pairs = min(MAX_PAIRS, -(-MIN_NOISE_ENTRIES // len(coords)))
@@ -316,7 +326,7 @@ class PrivacyCheck:
                     if eps is not None else "ε not recomputed")
         return {"verdict": "passed" if ok else "failed", "line": f"{head} · {eps_text} · {randomness}",
                 "checked_steps": len(self.figures), "checks": checks, "epsilon_recomputed": eps, "epsilon_by": by,
-                "steps": [_rounded(asdict(f)) for f in self.figures],
+                "steps": [_rounded(asdict(f)) for f in self.figures], "seconds": round(self.seconds, 3),
                 **({"from_private_step": self.first_step} if self.first_step else {})}
 
     def _step_checks(self) -> list[dict]:
@@ -381,23 +391,28 @@ def independent_epsilon(history, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
-def own_clipped(stepper, x, y, j, clip_norm, clipping) -> torch.Tensor:
-    """Example ``j``'s own gradient clipped at C as the papers define it: plain autograd of its loss alone,
-    through the same batch's forward (the batch's arithmetic, so a ReLU at its kink falls the same way)."""
+def own_clipped(stepper, x, y, rows: list[int], clip_norm, clipping) -> list[torch.Tensor]:
+    """Each of ``rows``' own gradient clipped at C as the papers define it: plain autograd of its loss alone,
+    through one forward of the batch (the batch's arithmetic, so a ReLU at its kink falls the same way)."""
     module = stepper.module
     for p in stepper.params:
         p.grad = None
     with prec.autocast(stepper.precision, x.device.type):
-        loss = F.cross_entropy(module(x)[j:j + 1], y[j:j + 1], reduction="sum")
-    grads = torch.autograd.grad(loss.float() * prec.loss_scale(stepper.precision), stepper.params, allow_unused=True)
-    for p in stepper.params:  # Opacus's hooks saw this backward too
+        out = module(x)
+    scale = prec.loss_scale(stepper.precision)
+    owns = []
+    for k, j in enumerate(rows):
+        loss = F.cross_entropy(out[j:j + 1].float(), y[j:j + 1], reduction="sum")
+        grads = torch.autograd.grad(loss * scale, stepper.params, allow_unused=True, retain_graph=k < len(rows) - 1)
+        g = torch.cat([(gr if gr is not None else torch.zeros_like(p)).reshape(-1).double()
+                       for gr, p in zip(grads, stepper.params)]) / scale
+        norm = float(g.norm())
+        c = clip_norm / (norm + AUTO_S_GAMMA) if clipping == "auto-s" else min(1.0, clip_norm / (norm + 1e-6))
+        owns.append(g * c)
+    for p in stepper.params:  # Opacus's hooks saw these backwards too
         if hasattr(p, "grad_sample"):
             p.grad_sample = None
-    g = torch.cat([(gr if gr is not None else torch.zeros_like(p)).reshape(-1).double()
-                   for gr, p in zip(grads, stepper.params)]) / prec.loss_scale(stepper.precision)
-    norm = float(g.norm())
-    c = clip_norm / (norm + AUTO_S_GAMMA) if clipping == "auto-s" else min(1.0, clip_norm / (norm + 1e-6))
-    return g * c
+    return owns
 
 
 def _fresh(like: torch.Generator, i: int) -> torch.Generator:

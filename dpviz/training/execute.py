@@ -113,11 +113,15 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
     snapshot); two resumes at once resume it once, the second waits. `resume.TAKE_OVER`: only an interrupted
     one (a run whose process stopped, also one this request waited for). False: a new run from step 0.
     ``force``: a new run, whatever is stored or live. ``on_resume(run id, step)`` is called when a stopped run
-    goes on."""
+    goes on.
+
+    Raises:
+        ConfigError: the stopped run's snapshot does not fit ``prep`` (its training records or schedule changed:
+            `resume.mismatch`); raised before anything is stored, so the stopped run can still go on later."""
     waited = None
     while True:
         statuses = resuming.STOPPED if resume is True else (resuming.TAKE_OVER,)
-        found = resuming.stopped(store, cfg.hash(), statuses) if resume and not force else None
+        found = _stopped(store, cfg, statuses, prep) if resume and not force else None
         reopen = (found[0], found[1]["step"]) if found else None
         run_id, other = store.start_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind, reopen=reopen,
                                         force=force)
@@ -133,6 +137,18 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
             on_wait(other)
         waited = other
         store.wait_run(other, cancel=cancel)
+
+
+def _stopped(store, cfg: RunConfig, statuses, prep):
+    """`resume.stopped` for ``cfg``; its refusal stands unless a run of ``cfg`` is live (one started with --fresh
+    on the changed data, say) or finished while this request waited for it: `Store.start_run` then has this
+    request wait for that run, or answers it with that run."""
+    try:
+        return resuming.stopped(store, cfg.hash(), statuses, prep)
+    except ConfigError:
+        if store.live_runs(cfg.hash()) or store.find_finished(cfg.hash()):
+            return None
+        raise
 
 
 def _run_distributed(cfg: RunConfig, world, *, store, force, extra, progress, cancel, on_start, kind,

@@ -11,9 +11,19 @@ differ: sampling and noise are global (`dpviz.training.distributed`).
 A strategy keeps what lives outside the weights through `Strategy.resume_state`: SPARTA its selection
 epoch's sums and row scores (the mask is chosen again from them, as it was), continual where and why it
 switched or, in its public phase, the automatic switch's decelerator history and probe generator.
+
+The configuration's hash names a data folder, not what it holds, so each snapshot also holds what it is valid
+for (`fingerprint`): n, a digest of the training records, the bands and the accountant's schedule. A run is
+gone on with only where they still hold (`mismatch`): otherwise q, σ and T would be recalibrated for another
+n and BandMF's parts redrawn while the noise memory carries on, releasing more than ε covers.
 """
 
 from __future__ import annotations
+
+import math
+
+from dpviz.errors import ConfigError
+
 
 def snapshot(loop) -> dict:
     """What `restore` and the phase loop need to go on after the step the loop has just recorded."""
@@ -26,7 +36,48 @@ def snapshot(loop) -> dict:
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
             "gen_sample": loop.gen_sample.get_state(), "gen_noise": loop.gen_noise.get_state(),
             "last": {k: v for k, v in loop.last.items() if v is not None}, "overflows": loop.overflows,
-            **({"noise_memory": loop.noise.state_dict()} if getattr(loop, "noise", None) is not None else {})}
+            **({"noise_memory": loop.noise.state_dict()} if getattr(loop, "noise", None) is not None else {}),
+            # BandMF's parts: under secure randomness nothing else could draw them again
+            **({"parts": loop.parts.cpu()} if getattr(loop, "parts", None) is not None else {}),
+            **fingerprint(loop.prep)}
+
+
+def fingerprint(prep) -> dict:
+    """What a snapshot of ``prep``'s run holds for beyond its configuration: the private training set's size n,
+    a digest of its records (`dpviz.data.bundle.digest`), BandMF's bands, and the schedule the accountant was
+    given, [name, σ, q, T] per private phase."""
+    from dpviz.data.bundle import digest  # here: this module is read without torch (`stopped`, the job manager)
+
+    return {"n": prep.bundle.n, "data_digest": digest(prep.bundle), "bands": prep.cfg.bands,
+            "schedule": [[p.name, p.noise_multiplier, p.sample_rate, p.steps] for p in prep.phases]}
+
+
+def mismatch(state: dict, prep, run_id: str) -> ConfigError | None:
+    """The one-line refusal to go on from ``state`` (run ``run_id``'s snapshot) with ``prep``, or None where its
+    fingerprint still holds. A snapshot written before snapshots held one has none: nothing can be checked
+    against it, so it goes on as it always did."""
+    if "data_digest" not in state:
+        return None
+    now, remedy = fingerprint(prep), "rerun with --fresh (Python: resume=False) to start a new run"
+    if (state["n"], state["data_digest"]) != (now["n"], now["data_digest"]):
+        field, what = ("data_dir", "folder") if prep.cfg.data_dir else ("dataset", "dataset's files")
+        return ConfigError(field, f"the training records changed since run {run_id} stopped (n {state['n']} → "
+                                  f"{now['n']}, digest {state['data_digest'][:12]} → {now['data_digest'][:12]}); "
+                                  f"{remedy}, or restore the {what}")
+    if state["bands"] != now["bands"] or not _same_schedule(state["schedule"], now["schedule"]):
+        return ConfigError("resume", f"the accountant's schedule changed since run {run_id} stopped (σ, q, T: "
+                                     f"{_said(state)} → {_said(now)}); {remedy}")
+    return None
+
+
+def _same_schedule(a: list, b: list) -> bool:
+    """Equal up to float rounding (a calibration run on another machine may differ in the last bits)."""
+    return len(a) == len(b) and all(x[0] == y[0] and x[3] == y[3] and math.isclose(x[1], y[1], rel_tol=1e-9)
+                                    and math.isclose(x[2], y[2], rel_tol=1e-9) for x, y in zip(a, b))
+
+
+def _said(fp: dict) -> str:
+    return f"bands {fp['bands']}, " + ", ".join(f"{n} {s:.6g}, {q:.6g}, {t}" for n, s, q, t in fp["schedule"])
 
 
 def cpu_once(state: dict) -> dict:
@@ -52,6 +103,8 @@ def restore(loop, state: dict) -> None:
     loop.gen_sample.set_state(state["gen_sample"])
     loop.gen_noise.set_state(state["gen_noise"].to(loop.gen_noise.get_state().device))
     loop.model.load_state_dict(state["model"], strict=False)
+    if state.get("parts") is not None and loop.parts is not None:
+        loop.parts = state["parts"].to(loop.dev)
 
 
 def load_phase(loop, state: dict, optimizer) -> None:
@@ -82,15 +135,23 @@ asked (``resume=True``, ``--resume``); ``resume=False`` (``--fresh``) starts ove
 STOPPED = ("interrupted", "cancelled", "failed")
 
 
-def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED):
+def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED, prep=None):
     """(run id, snapshot) of the newest stopped run of ``config_hash`` (in one of ``statuses``) that can go on,
-    or None."""
+    or None. With ``prep`` (the run about to train), a snapshot goes on only where its `fingerprint` still
+    holds; where none does, the newest one's `mismatch` is raised, before anything is stored or changed."""
     runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
             and r["status"] in statuses]
+    refused = None
     for r in sorted(runs, key=lambda r: r.get("created") or 0, reverse=True):
         state = store.load_resume(r["run_id"])
-        if state is not None:
+        if state is None:
+            continue
+        why = mismatch(state, prep, r["run_id"]) if prep is not None else None
+        if why is None:
             return r["run_id"], state
+        refused = refused or why  # an older run may still fit: the data restored to what it trained on
+    if refused is not None:
+        raise refused
     return None
 
 
