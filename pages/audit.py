@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import forms, layout, runs, state
-from dpviz import audit, figures, strategies
+from dpviz import audit, figures, results, strategies
 from dpviz.audit import readings, sweep
 from dpviz.errors import DpvizError
 
@@ -13,14 +13,19 @@ The accountant bounds ε **from above** for the σ, q and T a run reports; it ca
 as implemented. An audit bounds ε **from below**: it trains the configuration once with M canaries, each
 included with probability ½ by the auditor's own coin, scores every canary and counts how many inclusions
 an attacker guesses right (Steinke, Nasr & Jagielski 2023; the f-DP bound of Mahloujifar et al. 2024).
+ε_lb is the larger of the two bounds, so the **confidence covers both together**: each bound is tested at
+half the significance (Bonferroni; at 95 %, each at 97.5 %). The **f-DP bound assumes a Gaussian trade-off
+curve** (it rejects the Gaussian curve that is exactly (ε, δ)-DP); the one-run bound assumes only (ε, δ)-DP.
 If ε_lb ever exceeded the accountant's ε, the mechanism would leak more than it claims. **White-box**:
 gradient canaries of norm 10·C, clipped and noised like every record, scored from every update;
 **black-box**: inserted images, scored by the final model's loss. M canaries can show at most the
 *ceiling*; the *ideal attack* scores simulated runs of the exact Gaussian mechanism by their likelihood ratio —
 the most any attack shows on average for that M. One run's ε_lb is random, the ideal's too: its bar is the
-median of 20 runs, its whisker 90 % of them. Under **BandMF** (the form's noise choice) each canary takes part
-only in its own part's steps and is scored on the releases with the correlation undone; the ideal attack is
-then that of the DP-SGD schedule the accountant composes (⌈T/b⌉ steps at rate b·q).
+median of 20 runs, its whisker 90 % of them. Canaries are sampled by the run's own sampler: black-box
+canaries are records of the training set, white-box ones are drawn at every step by the same sampling code.
+Under **BandMF** (the form's noise choice) each canary belongs to one part, takes part only in that part's
+steps and is scored on the releases with the correlation undone; the ideal attack is then that of the DP-SGD
+schedule the accountant composes (⌈T/b⌉ steps at rate b·q).
 """)
 st.info(readings.NOTE, icon=":material/shield:")
 
@@ -36,7 +41,8 @@ try:
     spec = audit.AuditSpec(
         canaries=int(c[0].number_input("canaries M", 10, audit.MAX_CANARIES, 1000, step=100, key="au_m")),
         threat=threat, kind=kind if threat == "black-box" else audit.KINDS[0],
-        confidence=c[3].select_slider("confidence", [0.9, 0.95, 0.99], value=0.95, key="au_conf"),
+        confidence=c[3].select_slider("confidence", [0.9, 0.95, 0.99], value=0.95, key="au_conf",
+                                      help="for both bounds together: each is tested at half the significance"),
         seed=int(c[4].number_input("audit seed", 0, 2 ** 31 - 1, 0, key="au_seed")))
 except DpvizError as e:
     layout.input_error(e)
@@ -66,7 +72,9 @@ else:
     m = st.columns(6)
     m[0].metric("budget ε", "∞" if report["epsilon"] is None else f"{report['epsilon']:g}")
     m[1].metric("accountant's ε spent", "—" if report["epsilon_spent"] is None else f"{report['epsilon_spent']:.3f}")
-    m[2].metric("ε_lb (best bound)", f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f}")
+    m[2].metric("ε_lb (best bound)", f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f}",
+                help=f"one-run {report['epsilon_lb']:.3f}; f-DP {report['epsilon_lb_fdp']:.3f}, assuming a Gaussian "
+                     f"trade-off curve; {readings.confidence_text(report)}")
     m[3].metric(f"ceiling for M = {report['canaries']}", f"{report['ceiling']:.2f}")
     m[4].metric("AUC", f"{report['auc']:.3f}")
     m[5].metric("TPR at FPR 1 %", f"{report['tpr_at_fpr_1pct']:.3f}")
@@ -76,7 +84,8 @@ else:
                       ("roc", figures.audit.roc_figure(report, *audit.roc(report)))):
         st.plotly_chart(fig, key=f"au_fig_{name}")
         runs.render_export(fig, data, [report["config"]], f"dpviz_audit_{name}_{report['audit_key']}",
-                           f"au_exp_{name}")
+                           f"au_exp_{name}",
+                           caption=results.caption([report["config"]]) + "\n" + readings.caption(report))
     layout.reading(readings.reading(report))
 
 st.subheader("3 · Audit sweep: ε_lb against ε")
@@ -119,7 +128,8 @@ def render_sweep():
     layout.reading(readings.sweep_reading(rows))
     table = pd.DataFrame(rows).drop(columns=["audit_key"])
     st.dataframe(table, hide_index=True, key="au_sweep_table")
-    runs.render_export(fig, table, [cfg.to_dict()], "dpviz_audit_sweep", "au_sweep_exp")
+    runs.render_export(fig, table, [cfg.to_dict()], "dpviz_audit_sweep", "au_sweep_exp",
+                       caption=results.caption([cfg.to_dict()]) + "\n" + readings.caption(rows[0]))
 
 
 render_sweep()

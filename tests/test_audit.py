@@ -53,6 +53,34 @@ def test_bounds_match_jax_privacys_auditing(m, r, v):
     assert ref.CanaryScoreAuditor(scores[included], scores[~included]).attack_auroc() >= pairs
 
 
+def test_the_stated_confidence_covers_both_bounds_together():
+    """ε_lb is the larger of two bounds at the best k of the grid: one Bonferroni correction over both bounds and
+    every k, so each test runs at (1 − confidence)/(2·|grid|); each bound alone at 1 − confidence would claim more."""
+    m, conf = 400, 0.95
+    rng = np.random.default_rng(1)
+    included = rng.random(m) < 0.5
+    scores = rng.normal(size=m) + 1.5 * included
+
+    def best_at(sig):
+        out = 0.0
+        for k in bounds.grid(m):
+            r, v = bounds.guess_counts(scores, included, k)
+            out = max(out, bounds.epsilon_one_run(m=m, guesses=r, correct=v, delta=1e-5, significance=sig),
+                      bounds.epsilon_one_run_fdp(m=m, guesses=r, correct=v, delta=1e-5, significance=sig))
+        return out
+
+    each = (1 - conf) / (2 * len(bounds.grid(m)))
+    got = bounds.best_bounds(scores, included, delta=1e-5, confidence=conf)
+    assert max(got["epsilon_lb"], got["epsilon_lb_fdp"]) == pytest.approx(best_at(each), abs=1e-5)
+    assert best_at(each) < best_at(2 * each)  # each bound alone at the stated confidence: a larger ε_lb
+    full = [f(m=m, guesses=m, correct=m, delta=1e-5, significance=each)
+            for f in (bounds.epsilon_one_run, bounds.epsilon_one_run_fdp)]
+    assert bounds.ceiling(m=m, delta=1e-5, confidence=conf) == pytest.approx(max(full), abs=1e-5)
+    fam = bounds.family(m, conf)
+    assert fam["bound_significance"] == pytest.approx(0.025) and fam["test_significance"] == pytest.approx(each)
+    assert "both bounds together" in fam["confidence_covers"] and "Gaussian trade-off" in fam["fdp_assumption"]
+
+
 def _eps_lb(r: dict) -> float:
     return max(r["epsilon_lb"], r["epsilon_lb_fdp"])
 
@@ -82,6 +110,14 @@ def test_without_noise_white_box_canaries_reach_the_ceiling_and_audits_are_not_r
     cfg = RunConfig(epsilon=math.inf)
     r = audit(cfg, AuditSpec(canaries=200), store=store)
     assert _eps_lb(r) >= 0.9 * r["ceiling"], r  # nothing hides them
+    assert r["bound_significance"] == pytest.approx(0.025) and "Gaussian trade-off" in r["fdp_assumption"]
+    from dpviz.audit import readings
+    from dpviz.figures import audit as audit_figures
+
+    fig = audit_figures.bounds_figure(r)  # the figure and its export's caption say both
+    title = fig.layout.title.text.replace("<br>", " ")  # wrapped to fit a column
+    assert "both bounds together" in title and any("Gaussian" in y for y in fig.data[0].y)
+    assert "both bounds together" in readings.caption(r) and "Gaussian trade-off" in readings.caption(r)
     assert r["n_train"] == 1437 + r["included"]  # canaries count in n (and so in q) like real records
     assert r["sample_rate"] == pytest.approx(cfg.batch_size / r["n_train"])
     again = audit(cfg, AuditSpec(canaries=200), store=store)
@@ -131,7 +167,8 @@ def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrela
         X.append(U @ p.grad.double() * 8.0)
         can.observe([p], scale=8.0, noise_std=sigma, clip_norm=1.0)
     took = torch.stack(took)  # (T, m)
-    parts = torch.arange(m) % b
+    parts = can._part  # each canary's part, assigned as the run assigns its records (equal split by default)
+    assert sorted(torch.bincount(parts, minlength=b).tolist()) == [m // b, m // b, m // b + 1]
     assert all(bool((parts[took[t]] == t % b).all()) for t in range(T)) and not took[:, ~torch.from_numpy(inc)].any()
     assert 0.5 < took.sum().item() / (inc.sum() * T / b * b * q) < 1.6  # participations at rate b·q per own step
 
@@ -141,7 +178,7 @@ def test_bandmf_canaries_take_part_by_their_part_and_are_scored_on_the_decorrela
     a = float(can._contribution(1.0, "abadi")[0])  # C, as the clip factors compute it
     want = torch.zeros(m, dtype=torch.float64)
     for c in range(m):
-        for s in range(c % b, T, b):
+        for s in range(int(parts[c]), T, b):
             k = min(b, T - s)
             dot, norm2 = (coef[:k] * Y[s:s + k, c]).sum(), (coef[:k] ** 2).sum()
             want[c] += torch.logaddexp(torch.tensor(math.log1p(-b * q), dtype=torch.float64),
@@ -173,6 +210,50 @@ def test_a_white_box_audit_catches_too_little_correlated_noise(monkeypatch, stor
     cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3, mechanism="bandmf", bands=2)
     r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
     assert r["epsilon_spent"] <= 1.0 and _eps_lb(r) > 1.0, r
+
+
+def _ignores_parts(self, n, q, k=None):
+    """A broken sampler: under BandMF every record at rate b·q at every step, whatever its part (b times the
+    participations the accountant counts); DP-SGD's Poisson sampling as it is."""
+    u = torch.rand(n, generator=self.gen_sample)
+    return (u.to(self.dev) < (q if k is None else self.bands * q)).nonzero().squeeze(1)
+
+
+def test_white_box_canaries_follow_the_runs_sampler_and_catch_one_that_ignores_bandmfs_parts(monkeypatch, store):
+    """The canaries are sampled by the run's own `Loop._sample`, so a sampler that ignores BandMF's parts
+    (while the accountant counts ⌈T/b⌉ participations at rate b·q) samples them wrongly too, and the audit,
+    scoring under the claimed mechanism, shows ε_lb above ε; with the sampler intact it stays below."""
+    from dpviz.training import loop
+
+    cfg = RunConfig(strategy="fft", epsilon=1.0, epochs=10, seed=3, mechanism="bandmf", bands=16,
+                    batch_size=64).fixed_rates()
+    honest = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
+    assert honest["epsilon_spent"] <= 1.0 and _eps_lb(honest) <= 1.0, honest
+    monkeypatch.setattr(loop.Loop, "_sample", _ignores_parts)
+    r = audit(cfg, AuditSpec(canaries=500), store=store, force=True)
+    assert r["epsilon_spent"] <= 1.0 and r["epsilon_lb"] > 1.0 and r["epsilon_lb_fdp"] > 1.0, r
+
+
+def test_black_box_canaries_are_records_of_the_training_set_sampled_by_the_runs_sampler(monkeypatch, store):
+    """Input canaries join the training split: the run's `Loop._sample` draws them among its n records and
+    BandMF's parts cover them, like every record."""
+    from dpviz.training import loop
+
+    real, seen = loop.Loop._sample, []
+
+    def recording(self, n, q, k=None):
+        idx = real(self, n, q, k)
+        seen.append((n, len(self.parts), idx.cpu()))
+        return idx
+
+    monkeypatch.setattr(loop.Loop, "_sample", recording)
+    cfg = RunConfig(strategy="fft", epsilon=4.0, epochs=2, seed=3, mechanism="bandmf", bands=2).fixed_rates()
+    r = audit(cfg, AuditSpec(canaries=100, threat="black-box"), store=store, force=True)
+    n = 1437 + r["included"]
+    assert r["n_train"] == n and {(a, b) for a, b, _ in seen} == {(n, n)}, r["n_train"]
+    canaries = torch.cat([idx for *_, idx in seen])
+    canaries = canaries[canaries >= 1437]  # the included canaries sit after the data's records
+    assert len(canaries.unique()) > 0.5 * r["included"]
 
 
 CASES = [(s, eps, {}) for s in strategies.names() for eps in (1.0, 4.0)] + [

@@ -229,6 +229,7 @@ def test_an_audit_of_a_private_search_bounds_epsilon_below_its_total(cache_dir):
     assert report["released"] and report["trials_drawn"] >= 1
     assert report["epsilon_spent"] <= 8.0
     assert 0 <= max(report["epsilon_lb"], report["epsilon_lb_fdp"]) <= report["epsilon_spent"]
+    assert report["bound_significance"] == pytest.approx(0.025) and "Gaussian" in report["fdp_assumption"]
     assert store.list_runs(kind=("user", "trial", "search")) == []  # an audit stores only its report
     assert audit_search(search, AuditSpec(canaries=200), store=store)["cached"] is True
 
@@ -304,3 +305,42 @@ def test_a_bandmf_trial_is_accounted_as_its_equivalent_dp_sgd_schedule_and_the_s
     assert band.noise_multiplier > sgd.noise_multiplier
     with pytest.raises(ConfigError, match="^bands: at most"):
         private.plan(private.PrivateSearch(base=RunConfig(strategy="fft", mechanism="bandmf", bands=8), **base))
+
+
+def _everything_stored(store) -> str:
+    """Every row of every table of the store's SQLite database, as SQL text (JSON columns included)."""
+    import sqlite3
+
+    with sqlite3.connect(store.db) as c:
+        return "\n".join(c.iterdump())
+
+
+def test_a_released_trial_keeps_only_its_noisy_score_not_its_exact_holdout_count(cache_dir, monkeypatch):
+    """A real search of 2 trials (real training, real SQLite): neither what it returns, nor its stored entry, nor
+    the released run's stored summary, nor any other row of the store holds the exact held-out count of a trial
+    (a count of private records outside the total ε); the noisy score that selected it is kept. A search killed
+    half-way through its release finishes it when launched again, without the count either."""
+    from dpviz import runner
+
+    search = private.PrivateSearch(base=RunConfig(strategy="lp", epochs=2), space={"lr_lp": (0.05, 5.0)},
+                                   total_epsilon=8.0, distribution=selection.FIXED, mean_trials=2)
+    store = Store(cache_dir)
+    trained = []
+    entry = private.run_search(search, run=lambda cfg, **kw: trained.append(r := runner.run(cfg, **kw)) or r,
+                               store=store)
+    assert len(trained) == 2 and all("holdout_correct" in t for t in trained)  # the search itself read them
+    assert entry["status"] == "finished" and 0 <= entry["noisy_holdout_accuracy"] <= 1.2
+    released = store.get_run(entry["released_run_id"])["summary"]
+    assert released["private_search"]["search_key"] == search.key() and released["holdout_size"] == entry["holdout"]
+    again = private.run_search(search, run=runner.run, store=store)
+    for doc in (entry, again, store.get_search(search.key()), released, store.searches(), store.list_runs()):
+        assert "holdout_correct" not in json.dumps(doc), doc
+    assert "holdout_correct" not in _everything_stored(store)
+
+    # killed after the entry said "releasing", before the released run's summary lost its count: launched
+    # again, the search finishes the release from the store, training nothing
+    store.put_search(search.key(), None, {**again, "status": "releasing"})
+    store.update_run(entry["released_run_id"], summary={**released, "holdout_correct": 7})
+    resumed = private.run_search(search, run=lambda *a, **k: pytest.fail("trained again"), store=store)
+    assert resumed["status"] == "finished" and resumed["released_run_id"] == entry["released_run_id"]
+    assert "holdout_correct" not in _everything_stored(store)

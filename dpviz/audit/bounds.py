@@ -11,9 +11,13 @@ released and guesses r canaries (in or out), v of them right. Two bounds turn (m
   the Gaussian trade-off curve that (ε, δ) allows (μ-GDP with μ = `gaussian_mu`), which is tighter.
 
 ε_lb is the largest ε whose claim the counts still reject. Guesses come from ranking scores (`guess_counts`):
-the top k as "in", the bottom k as "out", for k on a fixed grid, with a Bonferroni correction over the
-grid so that picking the best k keeps the confidence. `tests/test_audit.py` checks these functions
-against brute-force tails, the closed form when every guess is right, and `jax_privacy.auditing`.
+the top k as "in", the bottom k as "out", for k on a fixed grid. An audit reports the larger of the two
+bounds at the best k, so the stated confidence is the family's: one Bonferroni correction over both bounds
+and every k of the grid (`significance`): each bound at (1 − confidence)/2, each of its tests at
+(1 − confidence)/(2·|grid|). The f-DP bound is a bound on ε only for a mechanism whose trade-off curve is
+Gaussian (`FDP_ASSUMPTION`); the one-run bound assumes nothing beyond (ε, δ)-DP. `tests/test_audit.py`
+checks these functions against brute-force tails, the closed form when every guess is right, and
+`jax_privacy.auditing`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from scipy import special
 from scipy.stats import binom
 
 GUESS_FRACTIONS = (1.0, 0.9, 0.75, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02)  # of the m canaries, half each side
+BOUNDS = 2
+"""The bounds an audit takes the larger of (one-run ε–δ, f-DP): the stated confidence is split between them."""
+CONFIDENCE_COVERS = ("both bounds together: the larger ε_lb of the one-run and the f-DP bound, at the best number "
+                     "of guesses, holds at the stated confidence (Bonferroni: each bound at (1 − confidence)/2, "
+                     "split again over the guess grid)")
+FDP_ASSUMPTION = ("the f-DP bound (Mahloujifar et al.) assumes a Gaussian trade-off curve: it rejects the μ-GDP curve "
+                  "that is exactly (ε, δ)-DP, so its ε_lb bounds ε from below only for a mechanism whose trade-off "
+                  "curve is Gaussian (DP-SGD's is close to it, not exactly); the one-run bound (Steinke et al.) "
+                  "assumes only (ε, δ)-DP")
 
 
 def p_value_one_run(*, m: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
@@ -123,15 +136,31 @@ def grid(m: int) -> list[int]:
     return sorted({max(1, int(f * m / 2)) for f in GUESS_FRACTIONS}, reverse=True)
 
 
+def significance(m: int, confidence: float) -> float:
+    """The significance of each test an audit of ``m`` canaries makes: 1 − ``confidence`` split (Bonferroni)
+    over both bounds and every k of the guess grid, so that the larger bound at the best k holds at
+    ``confidence``."""
+    return (1 - confidence) / (BOUNDS * len(grid(m)))
+
+
+def family(m: int, confidence: float) -> dict:
+    """What a report's confidence covers, as fields: the family of tests, each bound's and each test's
+    significance, and the f-DP bound's assumption."""
+    return {"confidence_covers": CONFIDENCE_COVERS, "bound_significance": round((1 - confidence) / BOUNDS, 12),
+            "test_significance": round(significance(m, confidence), 12), "guess_grid": len(grid(m)),
+            "fdp_assumption": FDP_ASSUMPTION}
+
+
 def best_bounds(scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float) -> dict:
-    """ε_lb (both bounds) at the best k of the grid, Bonferroni-corrected over the grid; the k used."""
+    """ε_lb (both bounds) at the best k of the grid, the k used; the larger of the two holds at ``confidence``
+    (each test at `significance`: Bonferroni over both bounds and the grid)."""
     m, ks = len(scores), grid(len(scores))
-    significance = (1 - confidence) / len(ks)
+    significance_ = significance(m, confidence)
     best = {"epsilon_lb": 0.0, "epsilon_lb_fdp": 0.0, "guesses": 0, "correct": 0}
     for k in ks:
         r, v = guess_counts(scores, included, k)
-        e = epsilon_one_run(m=m, guesses=r, correct=v, delta=delta, significance=significance)
-        f = epsilon_one_run_fdp(m=m, guesses=r, correct=v, delta=delta, significance=significance)
+        e = epsilon_one_run(m=m, guesses=r, correct=v, delta=delta, significance=significance_)
+        f = epsilon_one_run_fdp(m=m, guesses=r, correct=v, delta=delta, significance=significance_)
         if max(e, f) > max(best["epsilon_lb"], best["epsilon_lb_fdp"]):
             best = {"epsilon_lb": e, "epsilon_lb_fdp": f, "guesses": r, "correct": v}
     return best
@@ -139,9 +168,9 @@ def best_bounds(scores: np.ndarray, included: np.ndarray, *, delta: float, confi
 
 def ceiling(*, m: int, delta: float, confidence: float) -> float:
     """The largest ε_lb that m canaries can show at this confidence: every canary guessed, all right."""
-    significance = (1 - confidence) / len(grid(m))
-    return max(epsilon_one_run(m=m, guesses=m, correct=m, delta=delta, significance=significance),
-               epsilon_one_run_fdp(m=m, guesses=m, correct=m, delta=delta, significance=significance))
+    sig = significance(m, confidence)
+    return max(epsilon_one_run(m=m, guesses=m, correct=m, delta=delta, significance=sig),
+               epsilon_one_run_fdp(m=m, guesses=m, correct=m, delta=delta, significance=sig))
 
 
 def roc(scores: np.ndarray, included: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,10 @@
 
 Each of the m canaries is included with probability ½ (bits from the auditor's own seed, never seen by
 training). Included canaries are records of the private training set like any other: they count in n
-(so q = B/n and T are those of the enlarged set) and are Poisson-sampled with the same q at every
-private step; excluded ones are never touched.
+(so q = B/n and T are those of the enlarged set) and each step takes them by the run's own sampler,
+`dpviz.training.loop.Loop._sample` (Poisson at rate q, or BandMF's cyclic parts at rate b·q); excluded ones
+are never touched. A sampler that ignored BandMF's parts would sample the canaries the same wrong way, and
+the auditor, scoring under the claimed mechanism, would see them where the claim says they cannot be.
 
 * `GradientCanaries` (white-box, after Nasr et al. 2023): a sampled canary adds a per-sample gradient
   G·u_c of norm G = `CANARY_NORM`·C along its own random unit direction u_c, *before* clipping, through
@@ -11,13 +13,15 @@ private step; excluded ones are never touched.
   G/C times too large. The auditor sees every released (noisy) gradient sum Z_t and scores canary c by
   the log-likelihood ratio of its projections x_t = ⟨Z_t, u_c⟩ under the claimed mechanism:
   Σ_t log(1 − q + q·exp((a·x_t − a²/2)/(σC)²)), with a the clipped contribution (C for Abadi clipping).
-  Under BandMF (`dpviz.privacy.bandmf`, b bands) canary c belongs to part c mod b, is sampled only at that
-  part's steps, with probability b·q, and the auditor undoes the correlation: y_t = Σ_j m_j·x_{t−j} carries
-  independent N(0, (σC)²) noise, and a participation at step s adds a·m_{t−s} to y_s … y_{s+b−1}, a block no
+  Under BandMF (`dpviz.privacy.bandmf`, b bands) canary c belongs to one part, assigned as the run assigns
+  its records (`RunConfig.parts`: independent or equal, from the auditor's seed), is sampled by the run's
+  sampler at that part's steps with probability b·q, and the auditor undoes the correlation:
+  y_t = Σ_j m_j·x_{t−j} carries independent N(0, (σC)²) noise, and a participation at step s adds a·m_{t−s} to y_s … y_{s+b−1}, a block no
   other participation of c overlaps. The score sums over c's blocks log(1 − bq + bq·exp((a·⟨m, y⟩ − a²‖m‖²/2)/(σC)²)),
   the exact likelihood ratio of the equivalent DP-SGD schedule the accountant composes.
 * `InputCanaries` (black-box): images with a random wrong label (drawn from the private training images,
-  or out-of-distribution ±1 patterns); only the final model is seen, scored by −loss.
+  or out-of-distribution ±1 patterns), appended to the training split: ordinary records that the run's
+  sampler draws (and assigns to BandMF's parts) like every other; only the final model is seen, scored by −loss.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 
 from dpviz.privacy import bandmf
 from dpviz.privacy import clipping as clip  # module, not the `clipping` arguments below
+from dpviz.training import loop as run_loop  # the run's sampler, `Loop._sample`, read at every step
 
 CANARY_NORM = 10.0  # a gradient canary's norm before clipping, in units of C
 # Without DP (ε = ∞) nothing clips or hides a canary; its norm then only has to stand out of the real
@@ -43,16 +48,33 @@ def inclusion_bits(m: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, 1]).random(m) < 0.5
 
 
+class _Sampler:
+    """What `Loop._sample` reads of a run, for the canaries: their own stream of draws (the auditor's), their
+    parts and the phase's band count; the sampling itself is the run's code, looked up at every step."""
+
+    cancel = None  # the run's own sampling of its records stops a cancelled run
+    dev = torch.device("cpu")
+
+    def __init__(self, gen: torch.Generator):
+        self.gen_sample, self.bands, self.parts = gen, 1, None
+
+    def __getattr__(self, name):  # `Loop._sample` reads more of the run than this: say what to add here
+        raise AttributeError(f"Loop._sample reads Loop.{name}, which the audit's canary sampler "
+                             f"(dpviz.audit.canaries._Sampler) does not provide")
+
+
 class GradientCanaries:
     """White-box canaries added to every private step's clipped sum and scored from the released sums."""
 
     virtual = True  # steps add and score them (`dpsgd.private_step`); they are no images of the data
 
-    def __init__(self, included: np.ndarray, *, seed: int):
+    def __init__(self, included: np.ndarray, *, seed: int, split: str = "equal"):
+        """``split``: how BandMF's parts are assigned (`RunConfig.parts`), as the run assigns its records."""
         self.included = torch.from_numpy(included)
-        self.m, self.seed = len(included), seed
+        self.m, self.seed, self.split = len(included), seed, split
         self.virtual_records = int(included.sum())  # records of n beyond the data: the included canaries
         self.gen = torch.Generator().manual_seed(seed)
+        self._sampler = _Sampler(self.gen)
         self.scores = torch.zeros(self.m, dtype=torch.float64)
         self._space = None  # (params' ids, coordinates S, directions U (m, |S|)) of the current phase
         self.sample_rate = 0.0  # q of the run, set once the schedule is known (`dpviz.audit.run`)
@@ -65,7 +87,10 @@ class GradientCanaries:
             self._close_blocks()
         self.bands, self._k = bands, 0  # the phase's step
         self._coef = torch.tensor(bandmf.coefficients(bands, momentum), dtype=torch.float64)  # m_0 … m_{b−1}
-        self._part = torch.arange(self.m) % bands  # (m,) canary c's part: it may take part at steps ≡ c (mod b)
+        # (m,) canary c's part: it may take part at the steps ≡ its part (mod b); fixed for the run (the seed)
+        self._part = (bandmf.parts(self.m, bands, self.seed * 7 + 3, self.split) if bands > 1
+                      else torch.zeros(self.m, dtype=torch.long))
+        self._sampler.bands, self._sampler.parts = bands, self._part
         self._past: list[torch.Tensor] = []  # the last b − 1 projections x_t (m,), newest first
         self._dot = torch.zeros(self.m, dtype=torch.float64)  # (m,) ⟨m, y⟩ over c's open block
         self._len = torch.zeros(self.m, dtype=torch.long)  # (m,) steps into c's open block (0: none open)
@@ -88,16 +113,22 @@ class GradientCanaries:
         G = torch.full((k,), CANARY_NORM * clip_norm, dtype=torch.float64)
         return G * clip.clip_factors(G, clip_norm, clipping)
 
+    def sampled(self) -> torch.Tensor:
+        """(m,) bool: the included canaries this step takes, drawn by the run's sampler (`Loop._sample`: Poisson
+        at rate q, or under BandMF the canaries of this step's part at rate b·q) from the auditor's stream."""
+        k = self._k if self.bands > 1 else None
+        idx = run_loop.Loop._sample(self._sampler, self.m, self.sample_rate, k)
+        taken = torch.zeros(self.m, dtype=torch.bool)
+        taken[idx.cpu()] = True
+        return taken & self.included
+
     def add(self, params, *, clip_norm: float | None, clipping: str = "abadi", scale: float = 1.0) -> None:
-        """Add the clipped gradients of this step's Poisson-sampled canaries (times ``scale``) to ``p.grad``.
+        """Add the clipped gradients of this step's sampled canaries (times ``scale``) to ``p.grad``.
 
         ``clip_norm`` None: a non-private step (ε = ∞), whose canaries enter unclipped.
         """
         S, U = self._directions(params)
-        b = self.bands
-        sampled = self.included & (torch.rand(self.m, generator=self.gen) < b * self.sample_rate)  # (m,)
-        if b > 1:  # cyclic Poisson sampling: only this step's part
-            sampled &= self._part == self._k % b
+        sampled = self.sampled()  # (m,)
         a = self._contribution(clip_norm, clipping, int(sampled.sum()))
         delta = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
         delta[S] = (a @ U[sampled]) * scale  # Σ_c a_c u_c on the coordinates S

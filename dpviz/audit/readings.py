@@ -6,17 +6,48 @@ NOTE = ("An audit trains this configuration once more on the private data, with 
         "run is marked as an audit and never stored among your runs, but it is a second use of the same private "
         "data — publishing an audit's outputs spends its ε again. Its scores are of canaries only (gradient "
         "canaries or inserted images), computed from what the DP run released; its test accuracy, like every "
-        "run's, is measured on the private test split. ε_lb is a statistical lower bound (valid at the stated "
-        "confidence), not a guarantee: only the accountant's ε bounds the privacy loss from above.")
+        "run's, is measured on the private test split. ε_lb is a statistical lower bound, not a guarantee: only "
+        "the accountant's ε bounds the privacy loss from above. It is the larger of two bounds, and the stated "
+        "confidence covers both together (Bonferroni: each bound is tested at half the significance). The f-DP "
+        "bound assumes the mechanism's trade-off curve is Gaussian; the one-run bound assumes only (ε, δ)-DP.")
+
+
+def _covers_both(r: dict) -> bool:
+    """Whether a report (or a sweep's row) holds its confidence for both bounds together (`bounds.family`)."""
+    return "confidence_covers" in r or r.get("bound_significance") is not None
+
+
+def confidence_text(r: dict) -> str:
+    """The confidence a report's ε_lb holds at, and what it covers."""
+    if _covers_both(r):
+        return f"{r['confidence']:.0%} confidence for both bounds together"
+    return f"{r['confidence']:.0%} confidence for each bound alone ({1 - 2 * (1 - r['confidence']):.0%} for the pair)"
+
+
+def caption(r: dict) -> str:
+    """What an audit figure's export says under it (``r``: a report or a sweep's row): the confidence's scope and
+    the f-DP bound's assumption."""
+    c = r["confidence"]
+    scope = (f"Confidence {c:.0%} for both bounds together (Bonferroni: each bound at {1 - (1 - c) / 2:.1%})."
+             if _covers_both(r) else f"Confidence {c:.0%} for each bound alone ({1 - 2 * (1 - c):.0%} for the "
+             "pair).")
+    return (f"{scope} The f-DP bound (Mahloujifar et al.) assumes a Gaussian trade-off curve; the one-run bound "
+            "(Steinke et al.) assumes only (ε, δ)-DP.")
 
 
 def reading(r: dict) -> str:
     """One audit: whether ε_lb contradicts the accountant, and how close it comes to what M canaries allow."""
     lb, m = max(r["epsilon_lb"], r["epsilon_lb_fdp"]), r["canaries"]
-    conf = f"{r['confidence']:.0%} confidence"
+    conf = confidence_text(r)
     if r["epsilon"] is None:
         return (f"Without noise the canaries show ε_lb = {lb:.2f}, {lb / r['ceiling']:.0%} of the ceiling "
                 f"{r['ceiling']:.2f} that {m} canaries allow: the audit can see a leak when there is one.")
+    if lb > r["epsilon_spent"] and r["epsilon_lb"] <= r["epsilon_spent"]:  # the f-DP bound alone
+        return (f"**The f-DP bound's ε_lb = {r['epsilon_lb_fdp']:.2f} exceeds the accountant's ε spent "
+                f"{r['epsilon_spent']:.3g}** at {conf}, the one-run bound's {r['epsilon_lb']:.2f} does not. The f-DP "
+                "bound assumes a Gaussian trade-off curve: either the mechanism as implemented leaks more than it is "
+                "accounted for (a clipping, sampling or noise bug), or its trade-off curve is not Gaussian. Audit "
+                "again with more canaries or another seed before trusting the run's privacy claim.")
     if lb > r["epsilon_spent"]:
         return (f"**ε_lb = {lb:.2f} exceeds the accountant's ε spent {r['epsilon_spent']:.3g}** at {conf}: the "
                 "mechanism as implemented leaks more than it is accounted for (a clipping, sampling or noise bug), "
@@ -24,7 +55,8 @@ def reading(r: dict) -> str:
     guessed = (f"{r['correct']} of {r['guesses']} guesses right" if r["guesses"]
                else "no set of guesses was significant")
     text = (f"ε_lb = {lb:.2f} ≤ ε spent {r['epsilon_spent']:.3g} at {conf}: no evidence against the accountant "
-            f"({guessed}, AUC {r['auc']:.3f}).")
+            f"({guessed}, AUC {r['auc']:.3f}; one-run bound {r['epsilon_lb']:.2f}, f-DP bound "
+            f"{r['epsilon_lb_fdp']:.2f}, the latter assuming a Gaussian trade-off curve).")
     ideal = r.get("ideal")
     if ideal:
         text += " " + _ideal_text(r, lb)

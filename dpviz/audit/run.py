@@ -31,7 +31,8 @@ class AuditSpec:
         threat: "white-box" (gradient canaries, every release seen) or "black-box" (input canaries,
             only the final model's losses).
         kind: black-box canary images: "mislabeled" private-distribution images or "ood" patterns.
-        confidence: the confidence of the lower bound.
+        confidence: the confidence of the reported ε_lb, the larger of the two bounds: one Bonferroni correction
+            covers both (each bound at (1 − confidence)/2; `dpviz.audit.bounds.significance`).
         seed: the auditor's seed (inclusion bits, canaries, directions), never shown to training.
     """
 
@@ -86,11 +87,13 @@ def mechanism_hash(root: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def _canaries(spec: AuditSpec, included: np.ndarray):
+def _canaries(spec: AuditSpec, included: np.ndarray, cfg: RunConfig):
+    """The canaries of an audit of ``cfg``, made from its private bundle. White-box canaries take BandMF's parts
+    as ``cfg`` splits its records (`RunConfig.parts`); black-box ones are records of the training split."""
     from dpviz.audit.canaries import GradientCanaries, InputCanaries
 
     if spec.threat == "white-box":
-        return lambda bundle: GradientCanaries(included, seed=spec.seed)
+        return lambda bundle: GradientCanaries(included, seed=spec.seed, split=cfg.parts)
     return lambda bundle: InputCanaries(included, seed=spec.seed, kind=spec.kind, bundle=bundle)
 
 
@@ -101,8 +104,9 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
 
     Returns the report (also stored, keyed by the config's hash and ``spec``; an identical request is
     answered from the store unless ``force``): ε and the accountant's ε spent, ε_lb by both bounds with
-    the guesses made and right, the ceiling, AUC, TPR at FPR 1 % and 0.1 %, the scores, and for the
-    white-box threat the ideal ε_lb of scores from the mechanism's exact distribution.
+    the guesses made and right (the larger of the two at ``spec.confidence``: `bounds.family`'s fields say
+    what that confidence covers and what the f-DP bound assumes), the ceiling, AUC, TPR at FPR 1 % and 0.1 %,
+    the scores, and for the white-box threat the ideal ε_lb of scores from the mechanism's exact distribution.
     """
     from dpviz.training import execute
     from dpviz.runner import resolved
@@ -118,7 +122,7 @@ def audit(cfg: RunConfig, spec: AuditSpec | None = None, *, cache_dir=None, stor
     t0 = time.perf_counter()
     # not the user's run: nothing of it is stored but the audit's report
     summary, prep = execute.train_unstored(cfg.replace(checkpoint_every=0), cache_dir=store.root,
-                                           canaries=_canaries(spec, included), progress=progress, cancel=cancel)
+                                           canaries=_canaries(spec, included, cfg), progress=progress, cancel=cancel)
     scores = prep.canaries.final_scores(prep.model, prep.device)
     report = _report(key, cfg, spec, included, scores, summary, prep, time.perf_counter() - t0)
     store.put_audit(key, cfg.hash(), report)
@@ -186,6 +190,7 @@ def _report(key, cfg, spec, included, scores, summary, prep, wall) -> dict:
         "mechanism": mechanism_hash(),
         "epsilon": cfg.epsilon if cfg.private else None, "epsilon_spent": summary["epsilon_spent"],
         "delta": delta, **best, "ceiling": bounds.ceiling(m=spec.canaries, delta=delta, confidence=spec.confidence),
+        **bounds.family(spec.canaries, spec.confidence),
         "included": int(included.sum()), "sample_rate": prep.sample_rate,
         "n_train": prep.bundle.n + prep.canaries.virtual_records,  # canaries included
         "steps": sum(p.steps for p in prep.phases), "noise_multiplier": prep.phases[0].noise_multiplier,

@@ -30,7 +30,8 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
     """Run ``search`` with ``spec``'s canaries, unstored, and bound ε from the released trial's canaries.
 
     Returns the report: the search's total ε and ε spent, the trials drawn, ε_lb by both one-run bounds
-    (at the search's δ) and the ceiling the canary count allows.
+    (at the search's δ; the larger of the two holds at ``spec.confidence``, `bounds.family`) and the ceiling
+    the canary count allows.
     """
     from dpviz.audit import bounds
     from dpviz.audit import canaries as canary_mod
@@ -53,7 +54,7 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
             progress(i, draws)
         cfg, _ = resolved(cfg, store)
         summary, prep = execute.train_unstored(cfg.replace(checkpoint_every=0), cache_dir=store.root,
-                                               canaries=_canaries(spec, included), cancel=cancel)
+                                               canaries=_canaries(spec, included, cfg), cancel=cancel)
         private.check_sigma(summary, plan)
         score = private.noisy_score(summary, noise, plan.score_sigma)
         if best is None or score > best[0]:
@@ -69,7 +70,8 @@ def audit_search(search: private.PrivateSearch, spec: AuditSpec | None = None, *
         scores = best[2]
         report.update(bounds.best_bounds(scores, included, delta=search.total_delta, confidence=spec.confidence),
                       released=True, test_accuracy=best[1]["test_accuracy"], auc=bounds.auc(scores, included),
-                      ceiling=bounds.ceiling(m=spec.canaries, delta=search.total_delta, confidence=spec.confidence))
+                      ceiling=bounds.ceiling(m=spec.canaries, delta=search.total_delta, confidence=spec.confidence),
+                      **bounds.family(spec.canaries, spec.confidence))
     report["wall_time_s"] = round(time.perf_counter() - t0, 3)
     store.put_audit(k_, search.key(), report)
     return {**report, "cached": False}

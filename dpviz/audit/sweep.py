@@ -41,7 +41,8 @@ def point(base: RunConfig, strategy: str, epsilon: float) -> RunConfig:
 
 
 def row(report: dict) -> dict:
-    """The sweep row of one audit report: ε, the strategy, the threat and the bounds."""
+    """The sweep row of one audit report: ε, the strategy, the threat and the bounds (ε_lb: the larger of the two,
+    at ``confidence`` for both together; ``bound_significance``: each bound's, None in a report from before)."""
     c = report["config"]
     ideal = report.get("ideal") or {}
     return {
@@ -51,6 +52,7 @@ def row(report: dict) -> dict:
         "epsilon_lb_one_run": report["epsilon_lb"], "epsilon_lb_fdp": report["epsilon_lb_fdp"],
         "ideal_epsilon_lb": max(ideal.get("epsilon_lb", 0.0), ideal.get("epsilon_lb_fdp", 0.0)) if ideal else None,
         "ceiling": report["ceiling"], "auc": report["auc"], "wall_time_s": report["wall_time_s"],
+        "confidence": report["confidence"], "bound_significance": report.get("bound_significance"),
         "audit_key": report["audit_key"],
     }
 

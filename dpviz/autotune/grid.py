@@ -26,7 +26,7 @@ gradients clipped to norm C, so a safe rate scales with 1/‖features‖² (≈ 
 features, where every rate of `RANGES` diverges)."""
 # fields that do not change which learning rate suits a run (or are the axes / the answer itself)
 _NOT_KEY = ("epsilon", "seed", "device", "batch_shapes", "eval_every", "checkpoint_every", "eval_subset", "grad_sample_mode",
-            "precision", "keep_weights", "holdout", *AUTO_FIELDS)  # precision: the rates tuned in FP32 serve a
+            "precision", "keep_weights", "holdout", "randomness", "privacy_check", *AUTO_FIELDS)  # precision: the rates tuned in FP32 serve a
 # bf16 run; holdout: a private search's trials train on n − k examples (k ≤ n/5 by default), the rate of n
 
 
@@ -41,7 +41,7 @@ def key_of(cfg: RunConfig, cls=None) -> str:
     d = {k: v for k, v in cfg.to_dict().items()
          if k not in _NOT_KEY and k not in others and k not in cls.auto_axes}
     hashed = json.loads(cfg.to_json(hashed_only=True))  # fields added later count only where they are hashed
-    for k in ("max_length", "train_size", "mechanism", "bands"):
+    for k in ("max_length", "train_size", "mechanism", "bands", "parts", "clip_fraction_noise"):
         if k not in hashed:
             d.pop(k, None)
     return json.dumps(d, sort_keys=True)

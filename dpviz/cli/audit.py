@@ -24,7 +24,8 @@ def add_audit(sub) -> None:
     au.add_argument("--threat", default=None, metavar="T", help="white-box (gradient canaries, every update "
                     "seen; the default) or black-box (input canaries, final model)")
     au.add_argument("--kind", default=None, metavar="K", help="black-box canaries: mislabeled (default) or ood")
-    au.add_argument("--confidence", default="0.95", metavar="C", help="confidence of the lower bound")
+    au.add_argument("--confidence", default="0.95", metavar="C", help="confidence of the lower bound, for both "
+                    "bounds together (each is tested at half the significance)")
     au.add_argument("--audit-seed", default="0", metavar="S",
                     help="the auditor's seed (inclusion bits, canaries); --seed stays the run's own")
     au.add_argument("--force", action="store_true", help="audit again even if this audit is stored")
@@ -99,10 +100,13 @@ def _audit_text(r: dict) -> str:
     eps = ("∞ (no DP)" if r["epsilon"] is None
            else f"{r['epsilon']:g} (accountant's ε spent {r['epsilon_spent']:.4g})")
     lines = [f"audit {r['audit_key']}{' (stored)' if r.get('cached') else ''}: {r['threat']}, "
-             f"{r['canaries']} canaries ({r['included']} included), confidence {r['confidence']:g}",
+             f"{r['canaries']} canaries ({r['included']} included)",
              f"  ε = {eps}",
-             f"  ε_lb = {r['epsilon_lb']:.3f} (one run), {r['epsilon_lb_fdp']:.3f} (f-DP); "
-             f"{r['correct']} of {r['guesses']} guesses right; ceiling {r['ceiling']:.2f} for this m",
+             f"  ε_lb = {r['epsilon_lb']:.3f} (one run), {r['epsilon_lb_fdp']:.3f} (f-DP, assumes a Gaussian trade-off "
+             f"curve); {r['correct']} of {r['guesses']} guesses right; ceiling {r['ceiling']:.2f} for this m",
+             f"  confidence {r['confidence']:g} " + ("for both bounds together (each at significance "
+                                                  f"{r['bound_significance']:g})" if "bound_significance" in r
+                                                  else "for each bound alone"),
              f"  AUC {r['auc']:.3f}, TPR {r['tpr_at_fpr_1pct']:.3f} at FPR 1 %, {r['tpr_at_fpr_01pct']:.3f} at 0.1 %"]
     if r.get("ideal"):
         lines.append(f"  ideal attack (exact mechanism, same m): ε_lb {r['ideal']['epsilon_lb_fdp']:.3f} (f-DP)")

@@ -288,8 +288,8 @@ def cmd_private_tune(args) -> int:
         report = audit_search(search, AuditSpec(canaries=args.audit), store=Store(args.cache_dir),
                               progress=None if args.json else _say_trial)
         print(dump(report) if args.json else f"audit of private search {report['search_key']}: ε_lb "
-              f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f} (one run, {report['canaries']} canaries, "
-              f"{report['confidence']:.0%} confidence) against the search's total ε {report['epsilon_spent']:.3f}")
+              f"{max(report['epsilon_lb'], report['epsilon_lb_fdp']):.3f} (the larger of both bounds, one run, "
+              f"{report['canaries']} canaries, {report['confidence']:.0%} confidence for both together) against the search's total ε {report['epsilon_spent']:.3f}")
         return 0
     entry = private.run_search(search, run=runner.run, store=Store(args.cache_dir),
                                progress=None if args.json else _say_trial)

@@ -73,7 +73,7 @@ def statement(summary: dict) -> dict:
         return {"private": False, "covered": [], "not_covered": ["everything: the run trains without DP"],
                 "randomness": rnd, "randomness_line": randomness.line(rnd)}
     not_covered = list(RELEASES_NOT_COVERED)
-    if "holdout_size" in summary:
+    if "holdout_correct" in summary:
         not_covered.append("the exact holdout count (a private search accounts only its noisy version)")
     if rnd == "seeded":
         not_covered.append("the sampling and the noise, which anyone holding this configuration regenerates")

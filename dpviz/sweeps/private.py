@@ -19,8 +19,11 @@ the theorem and its conditions). How this module keeps those conditions:
 * **only the best is released**: the trials are kept privately in the store while the search runs (runs
   of kind ``search``: listed nowhere, answering no other request), and when it ends every trial but the
   best is deleted; the store keeps one search entry (`Store.put_search`) and the released run, whose
-  summary names the search. K is shown to the user running the search but belongs to no release: with K
-  known, the best of K costs about K trials composed.
+  summary names the search. The released run keeps only the noisy score the selection used: its exact
+  held-out count (``holdout_correct``, a count of private records the accounting never saw) is removed from
+  its stored summary (`PRIVATE_FIELDS`), and neither the entry nor what `run_search` returns holds it. K is
+  shown to the user running the search but belongs to no release: with K known, the best of K costs about K
+  trials composed.
 
 **Each trial trains once.** One search of a key runs at a time (a lock per key in the store, across
 threads and processes): a twin search launched at the same time waits and is answered by the stored
@@ -58,6 +61,9 @@ THEOREM = {"poisson": "Papernot & Steinke (ICLR 2022), Theorem 6 (Poisson number
            selection.FIXED: "composition of every trial and its score (a fixed number of trials, PLD accountant)"}
 CHOICES = (*selection.DISTRIBUTIONS, selection.FIXED)
 """``--trials`` of a private search: a random number by either theorem, or a fixed number composed."""
+PRIVATE_FIELDS = ("holdout_correct",)
+"""Fields of a trial's summary that are exact statistics of private records outside the search's ε (only the
+noisy score is accounted): removed from the released run's stored summary (`released_summary`)."""
 
 
 def default_holdout(n: int) -> int:
@@ -233,11 +239,34 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
         return _search(s, key, run=run, store=store, progress=progress, cancel=cancel)
 
 
+def released_summary(summary: dict) -> dict:
+    """A trial's summary as its release stores it: without `PRIVATE_FIELDS` (the exact held-out count) and
+    without how one request got it."""
+    return {k: v for k, v in summary.items() if k not in (*PRIVATE_FIELDS, "cached", "waited_for")}
+
+
+def _release(store, key: str, entry: dict, summary: dict | None = None) -> dict:
+    """Release the entry's run: the user's, its summary (``summary`` as the search got it, else the stored one)
+    stored without the exact held-out count and naming the search; then the entry, finished. Written as
+    "releasing" first, so that a search killed half-way through its release finishes it when launched again
+    (the released run's exact count may already be gone: no trial is scored again)."""
+    run_id = entry["released_run_id"]
+    store.put_search(key, None, {**entry, "status": "releasing"})
+    store.claim(run_id, "user")
+    summary = summary if summary is not None else (store.get_run(run_id)["summary"] or {})
+    store.update_run(run_id, summary={**released_summary(summary), "private_search": _brief(entry)})
+    entry = {**entry, "status": "finished"}
+    store.put_search(key, run_id, entry)
+    return entry
+
+
 def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict:
     """`run_search` under the search's lock."""
     done = store.get_search(key)
     if done is not None and done.get("status") == "finished":
         return {**done, "cached": True}
+    if done is not None and done.get("status") == "releasing":  # killed while releasing: finish the release
+        return {**_release(store, key, done), "cached": True}
     p = plan(s)
     k = draw_count(s)
     entry = _entry(s, p, k)
@@ -271,12 +300,9 @@ def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict
         store.put_search(key, None, {**entry, "status": "finished", "released_run_id": None})
         return {**entry, "status": "finished", "released_run_id": None, "cached": False}
     score, summary = best
-    entry.update(status="finished", released_run_id=summary["run_id"], noisy_holdout_accuracy=round(score, 4),
+    entry.update(released_run_id=summary["run_id"], noisy_holdout_accuracy=round(score, 4),
                  released={f: summary["config"][f] for f in SEARCHABLE}, test_accuracy=summary["test_accuracy"])
-    store.claim(summary["run_id"], "user")
-    kept = {k: v for k, v in summary.items() if k not in ("cached", "waited_for")}  # how this request got it
-    store.update_run(summary["run_id"], summary={**kept, "private_search": _brief(entry)})
-    store.put_search(key, summary["run_id"], entry)
+    entry = _release(store, key, entry, summary)
     for scored in trials:  # after the entry is written: a twin search that looks now finds the release
         if scored[1]["run_id"] != summary["run_id"]:
             _forget(store, scored)
