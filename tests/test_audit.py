@@ -219,6 +219,7 @@ def _ignores_parts(self, n, q, k=None):
     return (u.to(self.dev) < (q if k is None else self.bands * q)).nonzero().squeeze(1)
 
 
+@pytest.mark.slow  # a full audit / a two-trial search: the rest tier
 def test_white_box_canaries_follow_the_runs_sampler_and_catch_one_that_ignores_bandmfs_parts(monkeypatch, store):
     """The canaries are sampled by the run's own `Loop._sample`, so a sampler that ignores BandMF's parts
     (while the accountant counts ⌈T/b⌉ participations at rate b·q) samples them wrongly too, and the audit,

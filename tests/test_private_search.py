@@ -315,6 +315,7 @@ def _everything_stored(store) -> str:
         return "\n".join(c.iterdump())
 
 
+@pytest.mark.slow  # a full audit / a two-trial search: the rest tier
 def test_a_released_trial_keeps_only_its_noisy_score_not_its_exact_holdout_count(cache_dir, monkeypatch):
     """A real search of 2 trials (real training, real SQLite): neither what it returns, nor its stored entry, nor
     the released run's stored summary, nor any other row of the store holds the exact held-out count of a trial
