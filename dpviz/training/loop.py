@@ -319,8 +319,7 @@ class Loop:
             return st
         if self.check is not None:  # replays this step on copies first, if it is one the check measures
             self.check.before_step(self.private_steps, stepper, x, y, mask, clip_norm=phase.clip_norm,
-                                   sigma=phase.grad_noise_multiplier, expected_batch=expected,
-                                   accounted_batch=phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)),
+                                   sigma=phase.grad_noise_multiplier, accounted_batch=expected,
                                    generator=self.gen_noise, clipping=self.cfg.clipping, reduce=reduce,
                                    correlate=self.noise, precision=self.cfg.precision)
         st = dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.grad_noise_multiplier,
