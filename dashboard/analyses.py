@@ -39,6 +39,23 @@ def settled(waited: bool, waiting: bool) -> None:
         st.rerun()
 
 
+def wait_line(done: int, missing: int, what: str) -> str:
+    """The count of a background analysis still being computed: how many checkpoints are ready of how many."""
+    return (f"{what}: {done} of {done + missing} checkpoint{'s' * (done + missing != 1)} computed; the rest are being "
+            "computed in the background (on one core at the lowest priority while a run trains) and appear here "
+            "by themselves.")
+
+
+def render_wait(df, what: str) -> bool:
+    """Say how many of the chosen runs' checkpoints ``df`` (a results table with ``attrs["missing"]``, one row
+    per analysed checkpoint and run) still waits for; True when it waits for any."""
+    missing = len(df.attrs.get("missing", []))
+    if missing:
+        done = len(df[["run_id", "step"]].drop_duplicates()) if not df.empty else 0
+        st.info(wait_line(done, missing, what), icon=":material/hourglass:")
+    return bool(missing)
+
+
 def request(run_id: str, name: str, step: int, **params) -> dict | None:
     """The analysis result if cached; otherwise queue it once and return None."""
     from dpviz.analyses import analyze, cached
@@ -49,7 +66,7 @@ def request(run_id: str, name: str, step: int, **params) -> dict | None:
     futures = st.session_state.setdefault("_analysis_futures", {})
     fut = futures.get(key)
     if fut is None:
-        futures[key] = jm.analysis_pool.submit(analyze, jm.store, run_id, name, step=step, **params)
+        futures[key] = jm.background(jm.analysis_pool, analyze, jm.store, run_id, name, step=step, **params)
         return None
     if not fut.done():
         return None

@@ -146,19 +146,20 @@ def _param_widget(box, p: strategies.Param) -> None:
 def _strategy_widgets() -> None:
     """The strategy and exactly the fields it declares (the others keep their held values)."""
     names = list(strategies.names())
-    c1, *rest = st.columns([2, 3])  # the strategy's name and label stay whole at 1024 px
+    c1, c2 = st.columns([3, 2])  # the strategy's name and label stay whole at 1024 px
     strategy = c1.selectbox("strategy", names, index=_index(names, "f_strategy", "lp-fft"), key="f_strategy",
                             format_func=lambda n: f"{n} — {strategies.get(n).label}")
     params = strategies.get(strategy).params
-    for box, p in zip(rest[0].columns(len(params)) if params else [], params):
+    boxes = [c2] if len(params) == 1 else st.columns(len(params)) if params else []  # several: a row of their own
+    for box, p in zip(boxes, params):
         _param_widget(box, p)
 
 
 def _model_widgets() -> None:
     """Dataset and backbone; a field their choice disables is shown greyed with its text (kept for later, never
     read by the launch)."""
-    c1, c2 = st.columns(2)  # two rows of two: a choice's label is never cut at 1024 px
-    c3, c4 = st.columns(2)
+    # each choice on a row of its own (a label of up to 85 characters is whole at 1024 px), the files' fields under
+    c1, c3, (c2, c4) = st.container(), st.container(), st.columns(2)
     dataset = c1.selectbox("dataset", tuple(catalog.DATASETS), index=_index(catalog.DATASETS, "f_dataset"),
                            key="f_dataset", format_func=lambda n: f"{n} — {catalog.DATASETS[n].label}")
     data = catalog.DATASETS[dataset]
@@ -387,12 +388,25 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
         fitted = " fitted to SGD's momentum" if cfg.mechanism == "bandmf-momentum" else ""
         scheme = (f"BandMF{fitted} with b = {cfg.bands} bands: records in {cfg.bands} parts, each sampled at "
                   f"b·q = {cfg.bands * prev['sample_rate']:.3f} every {cfg.bands}th step (cyclic Poisson), accounted as "
-                  f"⌈T/b⌉ DP-SGD steps. " if cfg.mechanism in BANDED else "")
+                  f"⌈T/b⌉ DP-SGD steps. {_bands_trade(cfg, prev)}" if cfg.mechanism in BANDED else "")
         st.info(f"Budget (ε = {cfg.epsilon:g}, δ = {cfg.delta:.0e}) with q = B/n = {prev['sample_rate']:.3f} "
                 f"over {prev['total_steps']} steps ⇒ noise multiplier **σ = {prev['noise_multiplier']:.3f}** "
                 f"({_calibrated_by(cfg)}). {scheme}Phases: {phases}.", icon=":material/lock:")
     else:
         st.info(f"No privacy: plain SGD baseline, {prev['total_steps']} steps. Phases: {phases}.", icon=":material/lock_open:")
+
+
+def _bands_trade(cfg: RunConfig, prev: dict) -> str:
+    """One sentence: what the bands cost (σ against DP-SGD's at this budget) and what they buy (κ)."""
+    from dpviz.training import calibration
+
+    plain = _preview(cfg.replace(mechanism="dp-sgd", bands=1).to_json())
+    t = calibration.bands_trade(cfg, prev, plain)
+    net = "less" if t["sigma_weights"] < t["sigma_dp_sgd"] else "more"
+    return (f"The bands cost σ = {t['sigma']:.2f} against DP-SGD's {t['sigma_dp_sgd']:.2f} at this budget, and buy "
+            f"a weights' noise variance κ = {t['kappa']:.2f} of DP-SGD's at the same σ over the {t['phase']} phase's "
+            f"{t['steps']} steps: σ·√κ = {t['sigma_weights']:.2f} against {t['sigma_dp_sgd']:.2f}, so {net} noise "
+            f"reaches the weights than under DP-SGD here. ")
 
 
 def render_pending_search(cfg: RunConfig, res: dict, cache_dir=None) -> None:

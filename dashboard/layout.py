@@ -96,6 +96,12 @@ def input_error(e: Exception) -> None:
     st.error(f"**{plain(field)}** — {plain(msg)}", icon=":material/error:")
 
 
+def table(df, key: str) -> None:
+    """A small table of short texts (verdicts) whose cells wrap: every column shows at 1024 px, none behind a
+    horizontal scroll as in a data grid, whose columns keep their width. Cells read as Markdown."""
+    st.container(key=key).table(df, hide_index=True)
+
+
 def reading(text: str) -> None:
     """The one-line reading of a figure, under it."""
     st.markdown(f"**Reading.** {text}")
@@ -112,10 +118,10 @@ def render_task(t: dict, unit: str, what: str) -> None:
     def progress():
         if state.running(t):
             frac = t["done"] / t["total"] if t["total"] else 0.0
-            left = time_left(t.get("clock"), t["done"], t["total"])  # measured from this task's own pace
+            left = time_left(t.get("pace"))  # measured from this task's own pace
             so_far = duration(time.time() - t["started"]) if t.get("started") else None
             st.progress(frac, text=f"{t['done']} of {t['total']} {unit} · {t['label'] or 'starting'}"
-                        + (f" · about {left} left" if left else "") if t["total"]
+                        + (f" · {left} left" if left else "") if t["total"]
                         else f"starting the {what} (loading what it needs)" + (f": {so_far} so far" if so_far else ""))
         elif was_running:
             st.rerun()

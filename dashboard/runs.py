@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import html
+import json
+import re
+import time
+import uuid
 
 import pandas as pd
 import streamlit as st
@@ -194,6 +198,13 @@ def render_release(run: dict) -> None:
                     f"**Not covered** ({release.NOT_COVERED}): {'; '.join(s['not_covered'])}.")
 
 
+def drawn_runs(fig, run_ids) -> list[dict]:
+    """The stored runs that ``fig`` draws (`figures.drawn_runs`; a figure that records none: ``run_ids``), for its
+    export: a caption names exactly the runs in its plot, not a chosen run that has nothing to draw yet."""
+    ids = figures.drawn_runs(fig)
+    return [state.store().get_run(r) for r in (run_ids if ids is None else ids)]
+
+
 def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: str, private: bool = False,
                   caption: str | None = None, summaries=()) -> None:
     """Download buttons: the figure (with caption) as PNG/SVG/PDF/HTML and its data as CSV.
@@ -208,11 +219,96 @@ def render_export(fig, data: pd.DataFrame, configs: list[dict], name: str, key: 
     caption = figures.private_caption(caption) if private else caption
     metrics = data["metric"].unique() if "metric" in data else ()
     caption = figures.release_caption(caption, configs, summaries, metrics)
+    def make(fmt: str) -> bytes:
+        return export.csv_bytes(data) if fmt == "csv" else export.figure_bytes(fig, fmt, caption=caption)
+
+    export_row(make, name, key)
+
+
+MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html", "csv": "text/csv"}
+PREPARE_POLL_S = 0.5  # how often the line of an export being prepared counts on
+
+
+@st.cache_resource(show_spinner=False)
+def _export_pool():
+    """One thread per server: every export goes through kaleido's one browser tab (`export.figure_bytes`), one
+    at a time."""
+    from dpviz.runtime.threads import DaemonPool
+
+    return DaemonPool(1, "dpviz-export")
+
+
+def export_row(make, name: str, key: str) -> None:
+    """One button per format; a click prepares that file (``make(fmt)``) in the background, with a count, and
+    the browser saves it once it is ready.
+
+    Never a download button with lazy data: Streamlit registers its callable under a new id at every redraw
+    and drops the previous one when the redraw ends, so on a page that redraws every 2 s (a run training) a
+    browser a redraw behind asked for an id already dropped (or for a file deleted two redraws later), and
+    the click gave nothing. A prepared file is static data, whose id is its content's hash: the same at
+    every redraw."""
+    busy = _preparing(st.session_state.get(f"_export-{key}"))
     row = st.container(horizontal=True)  # wraps where a figure's column is too narrow for five buttons
-    for fmt in export.FORMATS:
-        row.download_button(fmt.upper(), data=lambda f=fmt: export.figure_bytes(fig, f, caption=caption),
-                            file_name=export.safe_filename(name, fmt), on_click="ignore", key=f"{key}-{fmt}",
-                            mime={"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf",
-                                  "html": "text/html"}[fmt])
-    row.download_button("CSV", data=lambda: export.csv_bytes(data), file_name=export.safe_filename(name, "csv"),
-                        on_click="ignore", key=f"{key}-csv", mime="text/csv")
+    for fmt in (*export.FORMATS, "csv"):
+        if row.button(fmt.upper(), key=f"{key}-{fmt}", disabled=busy) and not busy:
+            st.session_state[f"_export-{key}"] = {"fmt": fmt, "name": export.safe_filename(name, fmt),
+                                                  "since": time.time(), "token": uuid.uuid4().hex,
+                                                  "future": _export_pool().submit(make, fmt)}
+    _export_status(key)
+
+
+def _preparing(job: dict | None) -> bool:
+    return job is not None and not job["future"].done()
+
+
+def _export_status(key: str) -> None:
+    """The line under an export row: the count while its file is prepared, then the file (saved by the browser
+    at once, and a button to save it again), or why it failed."""
+    job = st.session_state.get(f"_export-{key}")
+    if job is None:
+        return
+    if _preparing(job):
+        _watch_export(job)
+    elif (error := job["future"].exception()) is not None:
+        st.error(f"The {job['fmt'].upper()} export failed: {error}", icon=":material/error:")
+    else:
+        _saved(job, key)
+
+
+def _watch_export(job: dict) -> None:
+    """The count, redrawn on its own timer; the page's own timer (if any) is not waited for. Once the file is
+    ready the page is drawn again, so that this timer ends and the file is saved."""
+    @st.fragment(run_every=PREPARE_POLL_S)
+    def watch():
+        if not _preparing(job):
+            st.rerun()
+        st.caption(f":material/hourglass_top: Preparing the {job['fmt'].upper()} ({job['name']})… "
+                   f"{time.time() - job['since']:.0f} s")
+
+    watch()
+
+
+def _saved(job: dict, key: str) -> None:
+    """The prepared file as a download button, clicked once by the page itself (a script that runs once per
+    prepared file, however often the page redraws)."""
+    fmt, save_key = job["fmt"], f"{key}-save"
+    line = st.container(horizontal=True, vertical_alignment="center")
+    line.download_button(f"Save {fmt.upper()} again", data=job["future"].result(), file_name=job["name"],
+                         mime=MIME[fmt], on_click="ignore", key=save_key, icon=":material/download:")
+    line.caption(f"{job['name']}, as drawn at {time.strftime('%H:%M:%S', time.localtime(job['since']))}")
+    css_class = "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", save_key)  # the class Streamlit gives a keyed element
+    st.html(_SAVE_ONCE % (json.dumps(job["token"]), json.dumps(css_class)), unsafe_allow_javascript=True)
+
+
+# Clicks the prepared file's button once per token. The button may be drawn after the script runs (a browser a
+# redraw behind): it is looked for as long as the script's element is on the page.
+_SAVE_ONCE = """<script>(() => {
+  const token = %s, selector = "." + CSS.escape(%s) + " button", host = document.currentScript;
+  const saved = window.dpvizSavedExports = window.dpvizSavedExports || new Set();
+  const t0 = Date.now(), tick = () => {
+    if (saved.has(token) || (host && !host.isConnected) || Date.now() - t0 > 600000) return;
+    const button = document.querySelector(selector);
+    if (button) { saved.add(token); button.click(); } else setTimeout(tick, 200);
+  };
+  tick();
+})();</script>"""

@@ -7,7 +7,7 @@ import time
 
 import streamlit as st
 
-from dpviz.jobs import JobManager
+from dpviz.jobs import JobManager, eta
 from dpviz.store import Store, default_cache_dir
 
 MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))  # two runs at once; one alone trains on every core
@@ -95,13 +95,16 @@ def start_task(name: str, work) -> None:
     if running(t):
         return
     STARTED.add(name)
-    t.update(done=0, total=0, label=None, result=None, error=None, started=time.time(), clock=None)
+    t.update(done=0, total=0, label=None, result=None, error=None, started=time.time(), pace=None)
     t["cancel"].clear()
 
     def progress(done, total, label):
         t.update(done=done, total=total, label=label)
-        if done and (t["clock"] is None or done < t["clock"][0]):  # the pace from the first unit on (a new
-            t["clock"] = (done, time.time())  # phase counting from 0 again starts a new measurement)
+        pace = t["pace"]
+        if done and (pace is None or done < pace.marks[-1][0] or pace.phases[0][1] != total):  # the pace from the
+            t["pace"] = pace = eta.Pace(phases=[("units", total)], eval_every=1, min_window=1)  # first unit on (a
+        if done:  # new phase counting from 0 again starts a new measurement)
+            pace.observe(done, time.time())
 
     def main(progress_, cancel):
         try:

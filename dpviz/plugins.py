@@ -2,9 +2,16 @@
 
 dpviz imports them while it is imported itself, so the command line, the dashboard and Python see one
 catalogue. A plugin is someone else's code running inside every command, so whatever goes wrong in its
-import — an ImportError, any other exception, ``sys.exit``, a loop — becomes one `ConfigError` naming
-the plugin, kept in `PLUGIN_ERRORS`: the command line prints it as one line (exit 2), the dashboard in
-its sidebar. A Ctrl-C during the import still interrupts.
+import — an ImportError, any other exception, ``sys.exit`` or ``os._exit``, a loop — becomes one
+`ConfigError` naming the plugin, kept in `PLUGIN_ERRORS`: the command line prints it as one line (exit 2),
+the dashboard in its sidebar. A Ctrl-C during the import still interrupts.
+
+``os._exit`` ends the process at once, past every ``except`` and ``finally``, so a plugin calling it at
+import would end a command with its own status (0: success) before the command did anything. While a
+plugin imports, ``os._exit`` (and ``posix._exit``, the same function) is replaced by one that raises
+`Exited` in the importing thread, which costs nothing; other threads still exit. What a plugin does
+through the C library directly (ctypes' ``_exit``, ``exec``) no Python code can intercept in-process:
+that is code the user chose to run, not a mistake dpviz can turn into a line.
 
 Each plugin's import has `timeout()` seconds (``DPVIZ_PLUGIN_TIMEOUT``, default `DEFAULT_TIMEOUT_S`).
 The import runs in the thread that imports dpviz, not in a worker thread: a worker importing a plugin
@@ -22,6 +29,7 @@ import importlib
 import math
 import os
 import signal
+import sys
 import threading
 
 from dpviz.errors import ConfigError, DpvizError
@@ -38,6 +46,14 @@ by `check_plugins` where an error can be shown (the command line's one line), no
 class TimedOut(BaseException):
     """Raised inside a plugin's import past its time limit (not an Exception: a plugin's own
     ``except Exception`` does not swallow it)."""
+
+
+class Exited(BaseException):
+    """Raised in place of ``os._exit(code)`` inside a plugin's import (not an Exception, as `TimedOut`)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
 
 
 def load_plugins(spec: str | None = None, *, variable: str = "DPVIZ_PLUGINS", deferred: bool = False) -> None:
@@ -94,10 +110,12 @@ def _fail(error: ConfigError, deferred: bool) -> None:
 def _import(mod: str, variable: str, limit: float) -> ConfigError | None:
     """Import ``mod`` within ``limit`` seconds; None, or the error naming it."""
     try:
-        with time_limit(limit):
+        with time_limit(limit), exits_refused():
             importlib.import_module(mod)
     except KeyboardInterrupt:
         raise  # the user's Ctrl-C stops the command, as it would anywhere else
+    except Exited as e:
+        return ConfigError(variable, f"modules that import without exiting ({mod} called os._exit({e.code!r}))", mod)
     except TimedOut:
         why = f"modules that import within {limit:g} s ({mod} did not; {TIMEOUT_VARIABLE} sets the limit)"
         return ConfigError(variable, why, mod)
@@ -114,6 +132,26 @@ def _import(mod: str, variable: str, limit: float) -> ConfigError | None:
 
 def _line(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
+
+
+@contextlib.contextmanager
+def exits_refused():
+    """In this thread, ``os._exit`` raises `Exited` for the block (it ends the process elsewhere, as ever)."""
+    thread, modules = threading.get_ident(), [os, *(sys.modules[m] for m in ("posix", "nt") if m in sys.modules)]
+    held = [(m, m._exit) for m in modules if hasattr(m, "_exit")]
+
+    def refused(code):
+        if threading.get_ident() != thread:
+            held[0][1](code)  # another thread's exit is none of the plugin's
+        raise Exited(code)
+
+    for m, _ in held:
+        m._exit = refused
+    try:
+        yield
+    finally:
+        for m, real in held:
+            m._exit = real
 
 
 @contextlib.contextmanager

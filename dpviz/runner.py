@@ -6,12 +6,24 @@ one resolve-then-look-up that cached answers, the scorecard and the audit pages 
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import warnings
 from typing import Callable
 
 from dpviz.config import RunConfig
 from dpviz.runtime.imports import IMPORTS
 from dpviz.store import Store
+
+
+class PrivacyBudgetWarning(Warning):
+    """A forced run (``run(..., force=True)``) spends its configuration's privacy budget again: another run of the
+    same configuration is stored, or trained while it did. A warning, not a log line: it is the caller's own
+    choice that causes it, one they can change (leave ``force`` out), and Python shows it by default; a filter
+    turns it into an error where no budget may be spent twice. A category of its own, not a `UserWarning`: the
+    filters that quiet libraries' UserWarnings (dpviz's own around Opacus's accountants among them) leave it
+    shown."""
 
 
 def training_modules():
@@ -72,7 +84,8 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None,
         search_progress: Callable[[int, int], None] | None = None, kind: str = "user",
         resume: bool | str = "interrupted", on_wait: Callable[[str], None] | None = None, rates: str = "search",
-        on_resume: Callable[[str, int], None] | None = None) -> dict:
+        on_resume: Callable[[str, int], None] | None = None, on_force: Callable[[str], None] | None = None,
+        auto_checkpoints: bool | None = None) -> dict:
     """Run ``cfg`` (or return the stored result of an identical finished run): resolve, then execute.
 
     Args:
@@ -80,7 +93,7 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
             first (`dpviz.autotune`), and the summary's ``auto`` entry says what they became and from where.
         cache_dir: store location (default ``cache/`` or ``$DPVIZ_CACHE_DIR``).
         store: an open `Store` (overrides ``cache_dir``).
-        force: train even if an identical run is stored.
+        force: train even if an identical run is stored, or trains now (and spend the budget again).
         progress: called as ``progress(step, total_steps, last_metrics)``.
         cancel: an event that stops the run at the next step.
         on_start: called with the new run's id once it is stored.
@@ -100,12 +113,16 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
             summary answers (``waited_for``); if it stops unfinished, this request trains.
         rates: "search" (an "auto" setting off the shipped grid is searched on public data) or "grid" (the
             nearest shipped grid entry's rates, no search; the ``auto`` entry's note says how far it is).
+        on_force: where a forced private run says that it spends the budget again (`Forced`): called with the
+            sentence; default: a `PrivacyBudgetWarning`.
+        auto_checkpoints: as `dpviz.training.execute.run` (None: as ``kind`` says).
 
     Returns:
         the run's summary, with ``cached`` telling whether it came from the store.
 
     A configuration trains at most once at a time and, once finished, is answered from the store: its
-    privacy budget is spent once. ``force`` trains it again and spends the budget again on the same data.
+    privacy budget is spent once. ``force`` trains it again and spends the budget again on the same data, and
+    says so (``on_force``) once another run of it is stored or training, when this run starts or as it ends.
 
     Raises:
         ConfigError: bad input; nothing is stored in that case.
@@ -121,9 +138,69 @@ def run(cfg: RunConfig, *, cache_dir=None, store: Store | None = None, force: bo
     if world is not None:
         d, auto = world.share((cfg.to_dict(), auto) if world.rank == 0 else None)
         cfg = RunConfig.from_dict(d)
-    return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
-                       on_start=on_start, on_checkpoint=on_checkpoint, ahead=ahead, kind=kind,
-                       resume=resume, on_wait=on_wait, on_resume=on_resume)
+    forced = Forced(store, cfg, on_force or _warn) if force and cfg.private and (world is None or world.rank == 0) \
+        else None
+    try:
+        return execute.run(cfg, store=store, force=force, extra=auto, progress=progress, cancel=cancel,
+                           on_start=forced.started(on_start) if forced else on_start, on_checkpoint=on_checkpoint,
+                           ahead=ahead, kind=kind, resume=resume, on_wait=on_wait, on_resume=on_resume,
+                           auto_checkpoints=auto_checkpoints)
+    finally:
+        if forced:
+            forced.ended()
+
+
+class Forced:
+    """What a forced private run says about the budget it spends again, whatever the path and the timing: when
+    it starts, if another run of its configuration is stored or training; else as it ends, if another (forced)
+    run of it started meanwhile. The store's transaction that claims the run (`Store.start_run`) lets a forced
+    run through whatever it finds, so two forced runs started together both train; each says so here."""
+
+    def __init__(self, store: Store, cfg: RunConfig, say: Callable[[str], None]):
+        self.store, self.cfg, self.say = store, cfg, say
+        self.run_id: str | None = None
+        self.said = False
+
+    def started(self, on_start: Callable[[str], None] | None) -> Callable[[str], None]:
+        def started(run_id: str) -> None:
+            self.run_id = run_id
+            self._check(ending=False)
+            if on_start is not None:
+                on_start(run_id)
+        return started
+
+    def ended(self) -> None:
+        if self.run_id is not None and not self.said:
+            self._check(ending=True)
+
+    def _check(self, ending: bool) -> None:
+        others = [r for r in self.store.trainings().get(self.cfg.hash(), []) if r != self.run_id]
+        if not others:
+            return
+        other = others[0]
+        cost = f"spends its privacy budget (ε = {self.cfg.epsilon:g}) again on the same private data"
+        if ending:
+            text = f"run {other} of this configuration trained while forced run {self.run_id} did; {self.run_id} {cost}"
+        elif self.store.known(other)["status"] == "finished":
+            text = f"this configuration is stored already (run {other}); training it again (run {self.run_id}) {cost}"
+        else:
+            text = (f"run {other} of this configuration is training now; a second run ({self.run_id}) trains beside "
+                    f"it and {cost}")
+        self.said = True
+        self.say(text)
+
+
+def _warn(text: str) -> None:
+    """A `PrivacyBudgetWarning` attributed to the caller's line (the first frame outside dpviz)."""
+    warnings.warn(text, PrivacyBudgetWarning, stacklevel=_outside_dpviz())
+
+
+def _outside_dpviz() -> int:
+    """The ``stacklevel`` of the innermost frame outside the dpviz package, as seen from `_warn`'s caller."""
+    here, frame, level = os.path.dirname(os.path.abspath(__file__)), sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def summary_of(run: dict, store: Store | None = None) -> dict:
@@ -135,6 +212,8 @@ def summary_of(run: dict, store: Store | None = None) -> dict:
                               "epsilon_spent": None}
     out = {**base, "kind": run.get("kind", "user"), "status": run["status"], "step": run["step"],
            "total_steps": run["total_steps"], "error": run["error"], "config_hash": run["config_hash"]}
+    if run.get("summary_hash") == "unhashed":  # stored before summaries were hashed: an edit cannot be told
+        out["summary_hash"] = "unhashed"
     if run["summary"] is None and store is not None:
         eps = [(k, v) for k, v in store.metrics(run["run_id"], "epsilon").get("epsilon", []) if v is not None]
         out["epsilon_recorded"] = list(max(eps)) if eps else None

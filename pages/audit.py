@@ -114,22 +114,27 @@ layout.render_task(many, "audits", "audit sweep")
 
 @st.fragment(run_every=2.0 if state.running(many) else None)
 def render_sweep():
-    """The sweep's figure and table from the stored audits: it fills in while the sweep runs."""
+    """The sweep's figure and table from the stored audits: it fills in while the sweep runs. One stored point (the
+    audit above, when it is one of the sweep's) is no sweep yet: the page says so rather than drawing it as one."""
     try:
         rows = sweep.stored(cfg, spec, strategies=strats, epsilons=eps, threats=threats, store=state.store())
+        points = len(sweep.plan(cfg, strategies=strats, epsilons=eps, threats=threats))
     except DpvizError as e:
         layout.input_error(e)
         return
-    if not rows:
-        st.caption("No audit of this sweep is stored yet: run it above (≈ 3 s per audit on the default).")
+    if len(rows) < min(2, points):
+        which = f" (the audit of {sweep.row_label(cfg, rows[0])})" if rows else ""
+        st.caption(f"{len(rows)} of this sweep's {points} audits stored{which}: run it above (≈ 3 s per audit on the "
+                   "default); ε_lb against ε is drawn from two audits on.")
         return
     fig = figures.audit.sweep_figure(rows)
     st.plotly_chart(fig, key="au_sweep_fig")
     layout.reading(readings.sweep_reading(rows))
     table = pd.DataFrame(rows).drop(columns=["audit_key"])
     st.dataframe(table, hide_index=True, key="au_sweep_table")
-    runs.render_export(fig, table, [cfg.to_dict()], "dpviz_audit_sweep", "au_sweep_exp",
-                       caption=results.caption([cfg.to_dict()]) + "\n" + readings.caption(rows[0]))
+    audited = sweep.configs(cfg, rows)  # the caption names the configurations audited, each point's
+    runs.render_export(fig, table, audited, "dpviz_audit_sweep", "au_sweep_exp",
+                       caption=results.caption(audited) + "\n" + readings.caption(rows[0]))
 
 
 render_sweep()

@@ -6,9 +6,10 @@ from dashboard import layout, runs, state
 from dpviz import figures, results
 
 layout.page_setup("Compare", r"""
-Overlay several stored runs. Runs whose configurations differ only by the seed are also drawn as
-mean ± one standard deviation bands. The table lists each run's final test accuracy, the ε it spent
-(composed over all phases by its accountant) and its wall time.
+Overlay several stored runs: a colour per strategy, a dash per noise mechanism and a marker per ε, as in every
+figure. Runs whose configurations differ only by the seed are also drawn as mean ± one standard deviation bands.
+The table lists each run's mechanism, final test accuracy, the ε it spent (composed over all phases by its
+accountant) and its wall time.
 """)
 
 store = state.store()
@@ -35,18 +36,18 @@ live = any(store.get_run(r)["status"] == "running" for r in chosen)
 def render_figures():
     """Curves, bands, table; redrawn every 2 s while a chosen run trains."""
     df = results.curves(store, chosen)
-    configs = [store.get_run(r)["config"] for r in chosen]
-    summaries = [{**(store.get_run(r)["summary"] or {}), "run_id": r} for r in chosen]  # their privacy checks
-    fig = figures.metric_curves(df, metric)
+    fig = figures.style.legend_room(figures.metric_curves(df, metric))  # a legend of many runs: no smaller plot
+    drawn = runs.drawn_runs(fig, chosen)  # the caption's runs: a chosen run with no point yet is not in the plot
+    configs = [r["config"] for r in drawn]
+    summaries = [{**(r["summary"] or {}), "run_id": r["run_id"]} for r in drawn]  # their privacy checks
     st.plotly_chart(fig, key="cmp_curves")
     runs.render_export(fig, df[df["metric"] == metric], configs, f"dpviz_{metric}_curves", "exp-curves",
                        summaries=summaries)
-    bands = results.seed_bands(df)
+    bands = results.seed_bands(df[df["metric"] == metric])
     if (bands["n"] > 1).any():
-        bfig = figures.band_curves(bands, metric)
+        bfig = figures.style.legend_room(figures.band_curves(bands, metric))
         st.plotly_chart(bfig, key="cmp_bands")
-        runs.render_export(bfig, bands[bands["metric"] == metric], configs, f"dpviz_{metric}_bands", "exp-bands",
-                           summaries=summaries)
+        runs.render_export(bfig, bands, configs, f"dpviz_{metric}_bands", "exp-bands", summaries=summaries)
     table = results.final_table(store, chosen)
     st.dataframe(table, hide_index=True, key="cmp_table",
                  column_config={"test_accuracy": st.column_config.NumberColumn(format="%.3f"),

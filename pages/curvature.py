@@ -50,11 +50,12 @@ waiting = live or analyses.queue_missing(results.curvature_table(store, chosen).
 def render_curvature():
     df = results.curvature_table(store, chosen)
     analyses.settled(waiting, live or analyses.queue_missing(df.attrs["missing"]))
-    if df.empty:
-        st.info("Choose runs above." if not chosen else "Curvature is being computed in the background (about a "
-                "minute per checkpoint)… it appears here by itself.")
+    if not chosen:
+        st.info("Choose runs above.")
         return
-    configs = [store.get_run(r)["config"] for r in chosen]
+    analyses.render_wait(df, "Curvature")
+    if df.empty:
+        return
     cols = st.columns(2)
     fig = figures.curvature.trace_figure(df, {r: results.phase_switch(store.get_run(r)) for r in chosen})
     cols[0].plotly_chart(fig, key="cu_trace")
@@ -65,6 +66,7 @@ def render_curvature():
     fig_b = figures.curvature.blocks_figure(blocks[blocks["run_id"] == first["run_id"].iloc[0]], first["label"].iloc[0])
     st.plotly_chart(fig_b, key="cu_blocks")
     st.dataframe(df.drop(columns=["strategy"]), hide_index=True, key="cu_table")
+    configs = [r["config"] for r in runs.drawn_runs(fig_t, chosen)]  # a run still being analysed: not drawn
     runs.render_export(fig_t, df, configs, "dpviz_curvature_terms", "exp-curv", private=True)
     layout.reading(results.curvature_reading(df))
 

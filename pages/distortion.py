@@ -35,13 +35,15 @@ waiting = live or analyses.queue_missing(results.analysis_curves(store, chosen, 
 def render_knn():
     df = results.analysis_curves(store, chosen, "knn", "accuracy")
     analyses.settled(waiting, live or analyses.queue_missing(df.attrs["missing"]))
+    if not chosen:
+        st.info("Choose runs above.")
+        return
+    analyses.render_wait(df, "kNN accuracy")
     if df.empty:
-        st.info("Choose runs above." if not chosen else "kNN accuracy is being computed in the background… the "
-                "curves appear here by themselves.")
         return
     fig = figures.metric_curves(df, "knn_accuracy")
     st.plotly_chart(fig, key="fd_knn")
-    configs = [store.get_run(r)["config"] for r in chosen]
+    configs = [r["config"] for r in runs.drawn_runs(fig, chosen)]  # a run still being analysed: not drawn
     runs.render_export(fig, df, configs, "dpviz_knn_accuracy", "exp-knn", private=True)
     layout.reading(results.knn_dip_reading(df))
 

@@ -8,20 +8,21 @@ from dpviz import figures, reproduce, tasks
 from dpviz.errors import StoreError
 
 layout.page_setup("Reproduction", r"""
-A scorecard of the papers behind dpviz: every headline claim as a row — the claim, its paper, the experiment
-that tests it, what dpviz measures (mean ± std over seeds, learning rates on **auto**, i.e. tuned on public data
-only), a verdict (*agrees* / *partly* / *does not*) and a reading — **per task**: dpviz's toy task and real
-pretrained models on real data side by side, so a *partly* can be told apart from the toy. The experiments are
-ordinary runs in the store: launching again reuses every finished run, so a stopped scorecard resumes.
+A scorecard of the papers behind dpviz: every headline claim as a row with its verdict (*agrees* / *partly* /
+*does not*) **per task**: dpviz's toy task and real pretrained models on real data side by side, so a *partly*
+can be told apart from the toy. Each claim's section under the table holds its statement, its paper, the
+experiment that tests it, what dpviz measures (mean ± std over seeds, learning rates on **auto**, i.e. tuned on
+public data only) and a reading. The experiments are ordinary runs in the store: launching again reuses every
+finished run, so a stopped scorecard resumes.
 """)
 analyses.privacy_banner()  # kNN, separability and curvature rows read private data
 
 TASKS = list(tasks.TASKS)
 st.subheader("1 · Run the scorecard")
-c = st.columns([2, 1, 1, 3], vertical_alignment="bottom")
-task = c[0].selectbox("task", TASKS, key="re_task", format_func=lambda t: tasks.task(t).label)
+task = st.selectbox("task", TASKS, key="re_task", format_func=lambda t: tasks.task(t).label)  # whole at 1024 px
+c = st.columns([2, 1, 1], vertical_alignment="bottom")
 claims = st.multiselect("claims", list(reproduce.REGISTRY), default=list(reproduce.REGISTRY), key="re_claims",
-                        help="each claim's statement and paper are in the table below")  # ids: every chip shows
+                        help="each claim's statement and paper head its section under the table")  # ids: chips fit
 seeds = int(c[1].number_input("seeds", 1, 10, 3, key="re_seeds",
                               help="2 or more for a verdict: from one seed there is no spread to judge by"))
 
@@ -31,7 +32,7 @@ def sizes_of(t: str) -> list[str]:
     return [s for s in reproduce.SCALES if s == "small" or t in reproduce.SCALES[s]]
 
 
-scale = c[3].selectbox("size", sizes_of(task), key="re_scale",
+scale = c[0].selectbox("size", sizes_of(task), key="re_scale",
                        help="the scale axis: a larger size grows the training set and the DP steps (same epochs and "
                             "B); only the scale-sensitive claims are read there")
 if reproduce.SCALES[scale].get(task):
@@ -90,7 +91,8 @@ def task_cell(t: str, claim: str) -> str:
 
 
 table = pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, "paper": reproduce.PAPERS[cl.seed][0],
-                       **{t: task_cell(t, cl.id) for t in shown}} for cl in reproduce.CLAIMS if cl.id in claims])
+                       **{t: task_cell(t, cl.id) for t in shown}} for cl in reproduce.CLAIMS if cl.id in claims],
+                     columns=["claim", "statement", "paper", *shown])
 if not any(r["verdict"] != reproduce.NOT_READ for rs in rows.values() for r in rs.values()):
     st.info("No claim has all its runs on any task shown yet: run the scorecard above (about 20 minutes for all "
             "claims of the default task on 2 cores; under 90 for a real task). “—”: not run yet.")
@@ -99,13 +101,14 @@ if sources:
     st.caption("*· file*: the project's own measured pass, from its results file, where this store has no run "
                "of the claim yet; run the scorecard above for your own verdict, which replaces it claim by claim. "
                + " ".join(sources))
-st.dataframe(table, hide_index=True, key="re_table")
+layout.table(table[["claim", *shown]], key="re_table")  # every task's verdict; a claim's statement heads its section
 if any(r["seeds"] == 1 for rs in rows.values() for r in rs.values()):
     st.warning(f"**Verdicts from one seed.** {reproduce.ONE_SEED}", icon=":material/warning:")
 st.download_button("Scorecard as CSV", table.to_csv(index=False), "dpviz_scorecard.csv", key="re_csv")
 
-for cl in [cl for cl in reproduce.CLAIMS if cl.id in claims and any(cl.id in rows[t] for t in shown)]:
+for cl in [cl for cl in reproduce.CLAIMS if cl.id in claims]:
     with st.expander(f"{cl.id}: {cl.sentence}"):
+        st.caption(f"{reproduce.PAPERS[cl.seed][0]}: *{reproduce.PAPERS[cl.seed][1]}*")
         for t, col in zip(shown, st.columns(len(shown))):
             with col:
                 r = rows[t].get(cl.id)
@@ -145,10 +148,10 @@ if scaled_tasks:
         by_size[size] = here or published.scorecard_rows(st_task, size)
         source[size] = "store" if here else "file"
     scaled = [cl for cl in reproduce.CLAIMS if len(cl.scales) > 1 and cl.id in claims]
-    st.dataframe(pd.DataFrame([{"claim": cl.id, "statement": cl.sentence, **{
+    layout.table(pd.DataFrame([{"claim": cl.id, **{
         f"{size} (≈ {reproduce.steps_of(reproduce.SCALES[size][st_task]):,} steps)": (
             cell(by_size[size].get(cl.id)) + (" · file" if by_size[size].get(cl.id) and source[size] == "file" else ""))
-        for size in by_size}} for cl in scaled]), hide_index=True, key="re_scale_table")
+        for size in by_size}} for cl in scaled]), key="re_scale_table")  # the statements: section 2
     for cl in scaled:
         rows_at = {size: by_size[size][cl.id] for size in by_size if cl.id in by_size[size]}
         if not rows_at:
@@ -189,11 +192,11 @@ if not banded:
     st.info(f"No claim has been read under BandMF b = {noise_bands} on this task yet, in this store or in a results "
             f"file: `python -m dpviz reproduce --task {noise_task} --set mechanism=bandmf bands={noise_bands}`.")
 else:
-    st.dataframe(pd.DataFrame([{"claim": cl.id, "DP-SGD": cell(plain.get(cl.id)),  # statements: the table above
+    layout.table(pd.DataFrame([{"claim": cl.id, "DP-SGD": cell(plain.get(cl.id)),  # statements: section 2
                                 f"BandMF b = {noise_bands}": cell(banded.get(cl.id)),
                                 "the same?": ("yes" if plain[cl.id]["verdict"] == banded[cl.id]["verdict"] else "no")
                                 if cl in both else "—"}
-                               for cl in reproduce.CLAIMS if cl.id in banded]), hide_index=True, key="re_noise_table")
+                               for cl in reproduce.CLAIMS if cl.id in banded]), key="re_noise_table")
     differ = [cl.id for cl in both if plain[cl.id]["verdict"] != banded[cl.id]["verdict"]]
     layout.reading(f"Under BandMF b = {noise_bands} on {tasks.task(noise_task).label}, "
                    f"{len(both) - len(differ)} of {len(both)} claims read on both mechanisms get the same verdict"

@@ -39,7 +39,6 @@ waiting = live or analyses.queue_missing([m for name, field, _ in QUANTITIES
 
 @st.fragment(run_every=analyses.every(waiting))
 def render_law():
-    configs = [store.get_run(r)["config"] for r in chosen]
     pending = False
     for name, field, quantity in QUANTITIES:
         ss, missing = results.law_series(store, chosen, name, field, checkpoint=which)
@@ -51,6 +50,7 @@ def render_law():
         st.plotly_chart(fig, key=f"sl_{name}")
         table = results.law_table(ss)
         st.dataframe(table, hide_index=True, key=f"sl_table_{name}")
+        configs = [r["config"] for r in runs.drawn_runs(fig, chosen)]  # a run still being analysed: not drawn
         runs.render_export(fig, table, configs, f"dpviz_{field}_per_layer", f"exp-{name}", private=True)
         layout.reading(results.law_reading(ss, quantity))
     if chosen:

@@ -9,6 +9,7 @@ from dashboard import layout, runs, state, studies
 from dpviz import figures, strategies
 from dpviz import autotune
 from dpviz import jobs, runner, sweeps
+from dpviz.jobs import eta
 from dpviz import catalog
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
@@ -76,16 +77,16 @@ def render_private_launch(search: private.PrivateSearch) -> None:
 def _trial_progress(progress):
     """``run_search``'s progress as the task's: trial i of k, its step s of S, and the time left at the pace
     measured over this search's steps so far (trials of one search take the same steps)."""
-    clock: list = []  # (steps done in all, time.time()) at the first step seen
+    paces: list = []  # one `eta.Pace` over all the trials' steps, made at the first step seen
 
     def report(i: int, k: int, s: int | None = None, total: int | None = None) -> None:
         if not s:
             progress(i, k, f"trial {i + 1} of {k}")
             return
-        done = i * total + s
-        clock[:] = clock or [(done, time.time())]
-        left = jobs.time_left(clock[0], done, k * total)
-        progress(i, k, f"trial {i + 1} of {k}, step {s} of {total}" + (f", about {left} left" if left else ""))
+        paces[:] = paces or [eta.Pace(phases=[("trials", k * total)], eval_every=total)]
+        paces[0].observe(i * total + s, time.time())
+        left = jobs.time_left(paces[0])
+        progress(i, k, f"trial {i + 1} of {k}, step {s} of {total}" + (f", {left} left" if left else ""))
     return report
 
 

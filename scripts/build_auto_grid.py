@@ -14,6 +14,8 @@ Searches live in their own store (``--cache-dir``), so a rerun resumes where it 
         --epsilons 1 8 --lp-fractions 0.1 0.5 0.9   # the size the reproduction scorecard runs at
     python scripts/build_auto_grid.py --task real-text --scorecard --strategies sparse --epsilons 1 8 \
         --selections random magnitude   # sparse's fixed row selections (003-selection's baselines)
+    python scripts/build_auto_grid.py --strategies lp fft lp-fft --mechanism bandmf --bands 4 --epsilons 1 8 \
+        --lp-fractions 0.3   # BandMF's own rates (the key holds the mechanism and b)
     python scripts/build_auto_grid.py --task real-vision --scale large --strategies fft lp-fft --epsilons 1 8 \
         --lp-fractions 0.3   # a larger size of the scorecard (dpviz.reproduce.SCALES): its scale-sensitive claims' runs
 
@@ -129,6 +131,9 @@ def main() -> None:
                    "(dpviz.reproduce.SCALE, i.e. --scale small) rather than its preset's")
     p.add_argument("--scale", default=None, choices=list(SCALES),
                    help="at this size of the reproduction scorecard (dpviz.reproduce.SCALES) rather than the preset's")
+    p.add_argument("--mechanism", default=None, help="the noise mechanism of every point (RunConfig.mechanism; "
+                   "the grid's key includes it, so BandMF runs get rates tuned under BandMF)")
+    p.add_argument("--bands", type=int, default=None, help="BandMF's band count b of every point (with --mechanism)")
     p.add_argument("--cache-dir", default="cache/auto_grid", help="store of the proxy searches (resumable)")
     p.add_argument("--out", default=str(autotune.GRID_PATH))
     p.add_argument("--threads", type=int, default=2)
@@ -140,7 +145,8 @@ def main() -> None:
     out = Path(a.out)
     doc = json.loads(out.read_text()) if out.exists() else {"entries": []}
     backbones = a.backbones if a.task == "default" else [tasks.task_fields(a.task)["backbone"]]
-    runs = [(b, s, {"selection": sel} if s == "sparse" else {})
+    noise = {k: v for k, v in (("mechanism", a.mechanism), ("bands", a.bands)) if v is not None}
+    runs = [(b, s, {**({"selection": sel} if s == "sparse" else {}), **noise})
             for b, s in itertools.product(backbones, a.strategies)
             for sel in (a.selections if s == "sparse" else [None])]
     size = size_fields(a.task, a.scale or "small") if a.scorecard or a.scale else None

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -177,9 +178,10 @@ def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed
 
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
-    shown = at.dataframe[0].value
+    shown = at.table[0].value  # the verdicts; each claim's statement and paper head its section
     assert list(shown["claim"]) == list(reproduce.REGISTRY)
-    assert all(shown["statement"]) and all(shown["paper"])
+    assert [e.label for e in at.expander][:len(shown)] == [f"{c.id}: {c.sentence}" for c in reproduce.CLAIMS]
+    assert all(any(reproduce.PAPERS[c.seed][0] in x.value for x in at.caption) for c in reproduce.CLAIMS)
     assert not any("One seed" in w.value for w in at.warning)
     at.number_input(key="re_seeds").set_value(1).run()
     assert any("One seed" in w.value for w in at.warning)
@@ -207,7 +209,7 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
                         (self.id, task) == ("004-public", "real-text") else None)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
-    shown = at.dataframe[0].value.set_index("claim")
+    shown = at.table[0].value.set_index("claim")
     assert list(shown.columns[-3:]) == ["default", "real-text", "real-vision"]
     assert shown.loc["000-lpfft", "default"] == "agrees (3 seeds)"
     assert shown.loc["000-lpfft", "real-text"] == "does not (3 seeds)" and shown.loc["000-lpfft", "real-vision"] == "—"
@@ -240,7 +242,7 @@ def test_reproduction_page_shows_a_claim_at_every_size_side_by_side(app_env, mon
     monkeypatch.setattr(published, "FOLDER", tmp_path)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
-    table = next(d.value for d in at.dataframe if "statement" in d.value and "small (≈ 48 steps)" in d.value)
+    table = next(t.value for t in at.table if "small (≈ 48 steps)" in t.value)
     row = table.set_index("claim").loc["000-dip"]
     assert row["small (≈ 48 steps)"] == "agrees (3 seeds)" and row["medium (≈ 516 steps)"] == "agrees (3 seeds) · file"
     assert row["large (≈ 2,016 steps)"] == "—"
@@ -622,7 +624,7 @@ def test_reproduction_page_on_a_fresh_store_shows_the_measured_pass_beside_the_u
     monkeypatch.setattr(published, "FOLDER", tmp_path)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
-    shown = at.dataframe[0].value.set_index("claim")
+    shown = at.table[0].value.set_index("claim")
     assert shown.loc["003-sparse", "default"] == "partly (3 seeds) · file"
     assert shown.loc["000-lpfft", "default"] == "does not (3 seeds); file: agrees"
     assert shown.loc["003-sparse", "real-text"] == "—"
@@ -702,7 +704,7 @@ def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env,
     monkeypatch.setattr(published, "FOLDER", tmp_path)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
-    table = next(d.value for d in at.dataframe if "BandMF b = 2" in d.value).set_index("claim")
+    table = next(t.value for t in at.table if "BandMF b = 2" in t.value).set_index("claim")
     assert table.loc["000-lpfft", "the same?"] == "yes" and table.loc["003-sparse", "the same?"] == "no"
     assert table.loc["003-sparse", "BandMF b = 2"] == "does not (3 seeds) · file"
     assert any("1 of 2 claims read on both mechanisms get the same verdict; 003-sparse differs" in m.value
@@ -780,3 +782,40 @@ def test_the_noise_choice_sets_the_mechanism_and_its_bands_and_the_budget_box_sa
     at.selectbox(key="f_optimizer").set_value("adam").run()  # its noise fits SGD's momentum only
     assert at.error and "mechanism" in at.error[0].value and "with adam, bandmf or dp-sgd" in at.error[0].value
     assert not [b for b in at.button if b.key == "launch"]
+
+
+def test_a_bandmf_form_states_what_the_bands_cost_and_what_they_buy(app_env):
+    """Beside BandMF's larger σ (its cost at the same ε), the preview states κ and the net noise that reaches
+    the weights, σ·√κ against DP-SGD's σ, from the library's own numbers."""
+    from dpviz import tasks
+    from dpviz.privacy import bandmf
+    from dpviz.training import calibration
+
+    at = open_page("pages/runs.py")
+    at.selectbox(key="f_mechanism").set_value("bandmf").run()
+    at.number_input(key="f_bands").set_value(4).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    text = " ".join(i.value for i in at.info)
+    cfg = tasks.config("default", mechanism="bandmf", bands=4)
+    prev, plain = calibration.preview(cfg), calibration.preview(cfg.replace(mechanism="dp-sgd", bands=1))
+    t = calibration.bands_trade(cfg, prev, plain)
+    assert t["kappa"] == pytest.approx(bandmf.noise_factor(4, prev["phases"][-1]["steps"]))
+    assert t["sigma"] > t["sigma_dp_sgd"] and t["sigma_weights"] == pytest.approx(t["sigma"] * t["kappa"] ** 0.5)
+    assert (f"cost σ = {t['sigma']:.2f} against DP-SGD's {t['sigma_dp_sgd']:.2f}" in text
+            and f"κ = {t['kappa']:.2f}" in text and f"σ·√κ = {t['sigma_weights']:.2f}" in text), text
+
+
+@pytest.mark.parametrize("page,what", [("pages/curvature.py", "Curvature"), ("pages/distortion.py", "kNN accuracy")])
+def test_a_page_waiting_for_background_analyses_counts_the_checkpoints(page, what, app_env, fast_cfg):
+    """A run stored by `dpviz.run` has no analyses yet (nobody queued them): the page queues them and says how
+    many of its checkpoints are computed of how many, not only that something is being computed."""
+    import dpviz
+    from dpviz.store import Store
+
+    s = dpviz.run(fast_cfg(strategy="lp", checkpoint_every=6), cache_dir=app_env)
+    n = len(Store(app_env).feature_steps(s["run_id"]))
+    at = open_page(page)
+    assert not at.exception, [e.value for e in at.exception]
+    counts = [re.search(rf"{what}: (\d+) of (\d+) checkpoints computed", i.value) for i in at.info]
+    found = [m for m in counts if m]
+    assert found and int(found[0].group(2)) == n and int(found[0].group(1)) < n, [i.value for i in at.info]

@@ -363,3 +363,34 @@ def test_a_presets_strategies_answer_from_the_shipped_grid_without_a_search(task
     for eps in (1.0, 2.0, 4.0, 8.0):
         cfg = tasks.config(task, strategy=strategy, epsilon=eps)
         assert grid.lookup(cfg, autotune.used_fields(cfg)) is not None, f"{task} {strategy} ε={eps} would search"
+
+
+@pytest.mark.parametrize("bands", [2, 4])
+@pytest.mark.parametrize("strategy", ["lp", "fft", "lp-fft"])
+def test_a_bandmf_run_of_the_default_task_takes_shipped_rates_tuned_under_bandmf(strategy, bands):
+    """The form's BandMF launch trains at once: its rates come from grid entries searched under BandMF with
+    the same b (not DP-SGD's, whose noise reaches the weights differently), at every ε of the form's slider."""
+    from dpviz import tasks
+    from dpviz.autotune import grid
+
+    for eps in (0.5, 1.0, 2.0, 8.0, 16.0):
+        cfg = tasks.config("default", strategy=strategy, epsilon=eps, mechanism="bandmf", bands=bands)
+        out, res = autotune.resolve(cfg, search_ok=False)
+        assert res.source == "shipped" and not out.auto, (eps, res.note)
+        key = json.loads(grid.key_of(cfg))
+        assert key["mechanism"] == "bandmf" and key["bands"] == bands
+
+
+def test_the_nearest_grid_rates_keep_the_run_s_mechanism_and_say_so():
+    """Off the grid (b = 3, or BandMF fitted to momentum), "nearest grid rates" takes a banded entry's rates
+    before any DP-SGD entry's, and the run keeps its own noise: only rates are taken."""
+    from dpviz import tasks
+    from dpviz.autotune import grid
+
+    for mechanism, bands in (("bandmf", 3), ("bandmf-momentum", 4), ("bandmf-momentum", 2)):
+        cfg = tasks.config("default", mechanism=mechanism, bands=bands)
+        near, apart = grid.nearest_key(grid.key_of(cfg))
+        assert json.loads(near)["mechanism"] == "bandmf", (mechanism, bands, apart)
+        out, res = autotune.resolve(cfg, search_ok=False, rates="grid")
+        assert res.source == "nearest" and out.mechanism == mechanism and out.bands == bands
+        assert f"the run keeps its own noise ({mechanism}, b = {bands})" in res.note, res.note

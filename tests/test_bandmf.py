@@ -185,7 +185,7 @@ def test_a_momentum_fitted_run_is_its_own_mechanism_within_the_same_budget():
     from dpviz import results
 
     assert results.config_label(RunConfig(mechanism="bandmf-momentum", bands=4).to_dict()).startswith(
-        "lp-fft ε=1 bandmf-momentum b=4")
+        "lp-fft ε=1 BandMF-momentum b=4")
 
 
 @pytest.mark.parametrize("bands", [1, 2, 4, 8])

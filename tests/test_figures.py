@@ -211,7 +211,9 @@ def test_layer_axis_ticks_integers_and_fits_are_in_the_legend():
     fig = PLANTED["law_plot"]
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tick0 == 0
     assert not fig.layout.annotations  # no labels to overlap
-    assert len({tr.line.color for tr in fig.data if tr.showlegend is not False}) == 3  # a colour per run
+    runs = [tr for tr in fig.data if tr.marker.symbol]  # the fits draw no markers
+    assert {tr.line.color for tr in fig.data} == {style.color("fft")}  # three fft runs: fft's colour
+    assert len({tr.marker.symbol for tr in runs}) == 3  # a marker per run (per ε)
     assert sum("ρ=" in tr.name for tr in fig.data) == 3
 
 
@@ -252,10 +254,11 @@ def test_a_one_point_audit_sweep_draws_the_diagonal_and_the_ceiling():
     assert max(ceiling.x) > min(ceiling.x)
 
 
-def test_the_palette_is_colour_blind_safe_with_dashes_as_a_second_cue():
+def test_the_palette_is_colour_blind_safe_with_dashes_and_markers_as_further_cues():
     fig = PLANTED["metric_curves"]
     assert {tr.line.color for tr in fig.data} <= set(style.OKABE_ITO.values())
-    assert len({(tr.line.color, tr.line.dash) for tr in fig.data}) == len(fig.data)  # every run told apart
+    assert {tr.line.dash for tr in fig.data} == {style.dash("dp-sgd")}  # one mechanism: one dash
+    assert len({(tr.line.color, tr.line.dash, tr.marker.symbol) for tr in fig.data}) == len(fig.data)  # told apart
 
 
 def _pdf_title(pdf: bytes) -> str:
@@ -344,11 +347,11 @@ def test_live_curves_draw_each_run_once_in_the_legend_and_alike_in_every_panel()
     assert fig.layout.yaxis.title.text == "cross-entropy, nats" and fig.layout.yaxis2.title.text == "fraction"
     shown = [tr.name for tr in fig.data if tr.showlegend is not False]
     assert shown == ["lp 0", "fft 1", "lp 2"]  # one legend entry per run
-    for rid in shown:  # the same colour and dash in every panel
-        lines = {(tr.line.color, tr.line.dash) for tr in fig.data if tr.legendgroup == rid}
+    for rid in shown:  # the same colour, dash and marker in every panel
+        lines = {(tr.line.color, tr.line.dash, tr.marker.symbol) for tr in fig.data if tr.legendgroup == rid}
         assert len(lines) == 1 and len([tr for tr in fig.data if tr.legendgroup == rid]) == 3
-    lp = {tr.legendgroup: tr.line.dash for tr in fig.data if tr.name.startswith("lp")}
-    assert lp["lp 0"] != lp["lp 2"]  # two runs of one strategy and ε: two dashes
+    lp = {tr.legendgroup: tr.marker.symbol for tr in fig.data if tr.name.startswith("lp")}
+    assert lp["lp 0"] != lp["lp 2"]  # two runs of one strategy, mechanism and ε: two markers
 
 
 def test_the_curvature_chart_marks_where_lp_fft_switched_to_fft():

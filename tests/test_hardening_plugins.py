@@ -1,8 +1,8 @@
 """Plugins cannot break dpviz, refusals write nothing, and a run that keeps only its final model is analysed.
 
-A plugin is someone else's code imported by every command: whatever its import does (raises, exits, loops,
-replaces a built-in entry) is one line naming it, and a config naming a plugin's entry hashes with the
-plugin's module, so its runs never answer for dpviz's own. The plugin tests run the command line in a child
+A plugin is someone else's code imported by every command: whatever its import does (raises, exits by sys.exit or
+os._exit, loops, replaces a built-in entry) is one line naming it, and a config naming a plugin's entry hashes
+with the plugin's module, so its runs never answer for dpviz's own. The plugin tests run the command line in a child
 process, where the plugins are imported fresh; the plugins are tiny modules written into ``tmp_path``.
 """
 
@@ -62,6 +62,30 @@ def test_a_plugin_calling_sys_exit_does_not_end_the_command(tmp_path, cli_env, c
     out = dpviz_with(tmp_path, cli_env, name, "run", "--epochs", "1", "--quiet")
     one_line(out, name, "sys.exit(0)")
     assert listing(cache_dir) == before
+
+
+@pytest.mark.parametrize("body", ["import os\nos._exit(0)\n", "from os import _exit\n_exit(0)\n"],
+                         ids=["os", "from-os"])
+@pytest.mark.subprocess
+def test_a_plugin_calling_os_exit_does_not_end_the_command(tmp_path, cli_env, cache_dir, body):
+    """os._exit passes every except and finally: without the guard the command ends with status 0, having done
+    nothing."""
+    name = plugin(tmp_path, "os_exiting_plugin", body)
+    before = listing(cache_dir)
+    out = dpviz_with(tmp_path, cli_env, name, "run", "--epochs", "1", "--quiet")
+    one_line(out, name, "os._exit(0)")
+    assert listing(cache_dir) == before
+
+
+def test_os_exit_is_guarded_only_while_a_plugin_imports(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = os._exit
+    name = plugin(tmp_path, "exit_watching_plugin", "import os\nDURING = os._exit\n")
+    try:
+        catalog.load_plugins(name)
+        assert sys.modules[name].DURING is not real and os._exit is real
+    finally:
+        sys.modules.pop(name, None)
 
 
 @pytest.mark.subprocess

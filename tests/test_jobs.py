@@ -183,19 +183,22 @@ def test_a_pass_over_the_data_before_the_first_step_is_counted(cache_dir, fast_c
 
 def test_a_training_line_gives_the_time_left_at_the_measured_pace_and_the_first_step_counts_seconds(cache_dir):
     from dpviz.config import RunConfig
-    from dpviz.jobs import Job, time_left
+    from dpviz.jobs import Job, eta, time_left
 
     jm = JobManager(cache_dir, max_workers=1, analyses=False)
     now = time.time()
-    job = Job(job_id=1, cfg=RunConfig(), phase="training", step=30, total_steps=100, step_clock=(10, now - 40.0))
+    pace = eta.Pace(phases=[("fft", 100)], eval_every=10)
+    for step in range(10, 31):  # 2 s a step from step 10 to 30
+        pace.observe(step, now - 40.0 + 2.0 * (step - 10))
+    job = Job(job_id=1, cfg=RunConfig(), phase="training", step=30, total_steps=100, pace=pace)
     assert jm.state(job)["text"] == "training (step 30 of 100, about 2 min 20 s left)"  # 2 s a step, 70 to go
-    job.step_clock = None  # no step measured yet: no promise
+    job.pace = None  # no step measured yet: no promise
     assert jm.state(job)["text"] == "training (step 30 of 100)"
     first = Job(job_id=2, cfg=RunConfig(), phase="training", since=now - 14.2)
     assert jm.state(first)["text"].endswith("takes longest): 14 s so far")
-    assert time_left((5, now - 0.5), 6, 10) is None  # under a second measured: too early to say
-    assert time_left((5, now - 10.0), 5, 10) is None and time_left((5, now - 10.0), 10, 10) is None
-    assert time_left((0, now - 10.0), 5, 10) == "10 s"
+    early = eta.Pace(phases=[("fft", 10)])
+    early.observe(5, now - 0.5), early.observe(6, now)
+    assert time_left(early) is None  # fewer steps than a window measured: too early to say
     jm.shutdown()
 
 
@@ -245,4 +248,35 @@ def test_a_pages_task_shares_the_cores_with_the_jobs_by_the_one_rule(cache_dir, 
     job.wait(240)
     assert seen == [pool.threads_per_worker(1), pool.threads_per_worker(2)]
     assert pool.threads_per_worker(2) in job.threads_seen  # the job gave half to the task
+    jm.shutdown()
+
+
+def test_a_page_s_analysis_runs_on_one_core_at_the_lowest_priority_while_anything_trains(cache_dir):
+    """Background analyses yield to training: one torch thread while a job or task trains (checked as each
+    starts), every core once nothing does, and their threads at nice 19 either way."""
+    import os
+    import threading
+
+    import torch
+
+    from dpviz.runtime.pool import threads_per_worker
+
+    jm = JobManager(cache_dir, max_workers=1, analyses=False)
+
+    def probe():
+        return torch.get_num_threads(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    release, started = threading.Event(), threading.Event()
+
+    def training(progress, cancel):  # a page's task counts as training while it runs
+        started.set()
+        release.wait(30)
+
+    task = jm.run_task("holds the cores", training)
+    assert started.wait(30)
+    assert jm.background(jm.analysis_pool, probe).result(30) == (1, 19)
+    assert jm.background(jm.curvature_pool, probe).result(30) == (1, 19)
+    release.set()
+    task.future.result(30)
+    assert jm.background(jm.analysis_pool, probe).result(30) == (threads_per_worker(1), 19)
     jm.shutdown()

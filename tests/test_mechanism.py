@@ -128,6 +128,8 @@ def test_an_accountant_that_understates_epsilon_fails(cache_dir, capsys, monkeyp
     prv = accountants.REGISTRY["prv"]
     monkeypatch.setitem(accountants.REGISTRY, "prv",
                         dataclasses.replace(prv, epsilon=lambda history, delta: 0.8 * prv.epsilon(history, delta)))
+    # the seam refuses such an ε before training (tests/test_accountant_seam.py); past it, the check still sees it
+    monkeypatch.setattr(accountants, "check_answer", lambda *a, **k: None)
     out = verify_fails(FFT, cache_dir, capsys, "epsilon")
     assert "ok   noise" in out and "ok   sensitivity" in out
 

@@ -102,7 +102,8 @@ def test_best_run_reading_and_accountants_reading():
     table = pd.DataFrame([{"strategy": "lp", "epsilon": 1.0, "test_accuracy": 0.6, "epsilon_spent": 0.99},
                           {"strategy": "fft", "epsilon": "inf", "test_accuracy": 0.9, "epsilon_spent": None},
                           {"strategy": "lp-fft", "epsilon": 2.0, "test_accuracy": None, "epsilon_spent": None}])
-    assert results.best_run_reading(table) == "the best final test accuracy here is 0.900, by fft at ε = inf (no DP)."
+    assert results.best_run_reading(table) == ("the best final test accuracy here is 0.900, by fft at ε = inf (no DP). "
+                                               "The runs compared differ in strategy, epsilon.")
     assert results.best_run_reading(table.iloc[2:]) is None
     rows = pd.DataFrame([{"accountant": a, "batch_size": b, "noise_multiplier": s * b / 64,
                           "sigma2_over_b": (s * b / 64) ** 2 / b}
@@ -270,4 +271,4 @@ def test_caption_names_every_run_on_its_own_line():
     lines = results.caption(configs).split("\n")
     assert len(lines) == 1 + 10 and "+" not in lines[-1]  # no "… (+N)": every configuration is named
     assert "• lora, ε=∞ (no DP), δ=1e-05, cifar10/cnn, seeds 0, 1" in lines
-    assert "• lp-fft (p=0.5), ε=1, δ=1e-05, cifar10/cnn, seeds 0, 1" in lines
+    assert "• lp-fft (p=0.5), ε=1, DP-SGD, δ=1e-05, cifar10/cnn, seeds 0, 1" in lines  # the mechanism: always

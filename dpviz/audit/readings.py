@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dpviz import names
+
 NOTE = ("An audit trains this configuration once more on the private data, with canaries added: that training "
         "run is marked as an audit and never stored among your runs, but it is a second use of the same private "
         "data — publishing an audit's outputs spends its ε again. Its scores are of canaries only (gradient "
@@ -88,15 +90,25 @@ def _ideal_text(r: dict, lb: float) -> str:
     return text + f" Both are far from ε: {slack}" if spread["high"] < 0.5 * r["epsilon_spent"] else text
 
 
+def _noise(r: dict, mixed: bool) -> str:
+    """A row's mechanism as a reading names it (`names.named`), followed by a space, or nothing."""
+    noise = names.named(r, mixed)
+    return f"{noise} " if noise else ""
+
+
 def sweep_reading(rows: list[dict]) -> str:
-    """A sweep: where (if anywhere) ε_lb crossed ε, and how white-box and black-box compare."""
+    """A sweep: where (if anywhere) ε_lb crossed ε, and how white-box and black-box compare; under which noise
+    mechanism (DP-SGD named only beside audits of another)."""
     if not rows:
         return "No audit of this sweep is stored yet."
+    mixed = names.mixed(rows)
     over = [r for r in rows if r["epsilon"] is not None and r["epsilon_lb"] > r["epsilon_spent"]]
     if over:
-        where = ", ".join(f"{r['strategy']} ε={r['epsilon']:g} {r['threat']}" for r in over)
+        where = ", ".join(f"{r['strategy']} ε={r['epsilon']:g} {_noise(r, mixed)}{r['threat']}" for r in over)
         return f"**ε_lb exceeds the accountant's ε at: {where}** — the mechanism leaks more than accounted there."
-    text = "Every finite-ε audit stays below the diagonal ε_lb = ε: no strategy leaks more than it is accounted for."
+    under = "" if mixed else names.named(rows[0])
+    text = (f"Every finite-ε audit{' under ' + under if under else ''} stays below the diagonal ε_lb = ε: no strategy "
+            "leaks more than it is accounted for.")
     wb = [r["epsilon_lb"] / r["epsilon"] for r in rows if r["threat"] == "white-box" and r["epsilon"]]
     bb = [r["epsilon_lb"] / r["epsilon"] for r in rows if r["threat"] == "black-box" and r["epsilon"]]
     if wb:

@@ -1,7 +1,10 @@
 """Audit sweeps: one audit per (strategy, ε, threat), each stored, so a stopped sweep resumes.
 
-A sweep row is the small part of an audit report that a table or a figure of ε_lb against ε needs;
-`stored` gives the rows already in the store without training (for pages that redraw every second).
+Every point is the base configuration with only its strategy and ε replaced, so a sweep's audits share the
+base's noise mechanism, bands and parts (keyed by the configuration's hash, an audit of another mechanism never
+answers for a point). A sweep row is the small part of an audit report that a table or a figure of ε_lb against
+ε needs, the mechanism named; `stored` gives the rows already in the store without training (for pages that
+redraw every second).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import math
 import threading
 from typing import Callable
 
+from dpviz import names
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, ConfigError
 from dpviz.store import Store
@@ -41,12 +45,14 @@ def point(base: RunConfig, strategy: str, epsilon: float) -> RunConfig:
 
 
 def row(report: dict) -> dict:
-    """The sweep row of one audit report: ε, the strategy, the threat and the bounds (ε_lb: the larger of the two,
-    at ``confidence`` for both together; ``bound_significance``: each bound's, None in a report from before)."""
+    """The sweep row of one audit report: ε, the strategy, the noise mechanism (its bands and parts), the threat
+    and the bounds (ε_lb: the larger of the two, at ``confidence`` for both together; ``bound_significance``: each
+    bound's, None in a report from before)."""
     c = report["config"]
     ideal = report.get("ideal") or {}
     return {
-        "strategy": c["strategy"], "epsilon": report["epsilon"], "threat": report["threat"],
+        "strategy": c["strategy"], "mechanism": names.mechanism_of(c), "bands": c.get("bands", 1),
+        "parts": c.get("parts"), "epsilon": report["epsilon"], "threat": report["threat"],
         "canaries": report["canaries"], "epsilon_spent": report["epsilon_spent"],
         "epsilon_lb": max(report["epsilon_lb"], report["epsilon_lb_fdp"]),
         "epsilon_lb_one_run": report["epsilon_lb"], "epsilon_lb_fdp": report["epsilon_lb_fdp"],
@@ -93,6 +99,22 @@ def stored(base: RunConfig, spec: AuditSpec | None = None, *, strategies, epsilo
     return [row(h) for h in hits if h]
 
 
+def _point_of(base: RunConfig, r: dict) -> RunConfig:
+    return point(base, r["strategy"], math.inf if r["epsilon"] is None else r["epsilon"])
+
+
+def configs(base: RunConfig, rows: list[dict]) -> list[dict]:
+    """The configurations of the sweep's ``rows`` (its points that are stored): what an export's caption names."""
+    return [_point_of(base, r).to_dict() for r in rows]
+
+
+def row_label(base: RunConfig, r: dict) -> str:
+    """`label` of the point of the sweep of ``base`` that row ``r`` holds."""
+    return label(_point_of(base, r), r["threat"])
+
+
 def label(cfg: RunConfig, threat: str) -> str:
+    """A point as the progress line says it: strategy, ε, the mechanism where it is not DP-SGD, threat."""
     eps = "∞" if not cfg.private else f"{cfg.epsilon:g}"
-    return f"{cfg.strategy} ε={eps} {threat}"
+    noise = names.named(cfg.to_dict())
+    return f"{cfg.strategy} ε={eps}{' ' + noise if noise else ''} {threat}"

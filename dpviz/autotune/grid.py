@@ -131,8 +131,10 @@ SAME = ("strategy", "dataset", "backbone")  # a nearest grid point must share th
 
 def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
     """The shipped grid's key closest to ``key`` (a `key_of`), and its differences {field: (asked, grid's)}; None
-    where no entry shares ``key``'s strategy, dataset and backbone. Closest: the fewest differing fields, then
-    the smallest Σ |log(asked / grid's)| over the numeric ones."""
+    where no entry shares ``key``'s strategy, dataset and backbone. Closest: an entry of the asked noise mechanism
+    first (BandMF's rates are tuned under its own noise, which reaches the weights κ times DP-SGD's), then one
+    of its family (banded or not), then the fewest differing fields, then the smallest Σ |log(asked / grid's)|
+    over the numeric ones."""
     asked = json.loads(key)
     # a field a grid key leaves out is at its default (`key_of` drops fields added later where not hashed)
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -140,12 +142,12 @@ def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
     def full(k: dict) -> dict:
         return {**{f: defaults.get(f) for f in asked if f not in k}, **k}
 
-    def distance(k: dict) -> tuple[int, float]:
+    def distance(k: dict) -> tuple[int, int, float]:
         k = full(k)
         diff = [f for f in set(asked) | set(k) if asked.get(f) != k.get(f)]
         spread = sum(abs(math.log(asked[f] / k[f])) for f in diff if isinstance(asked.get(f), (int, float))
                      and isinstance(k.get(f), (int, float)) and asked[f] > 0 and k[f] > 0)
-        return len(diff), spread
+        return _mechanism_apart(asked.get("mechanism"), k.get("mechanism")), len(diff), spread
 
     near = [(distance(k), s) for s, k in ((s, json.loads(s)) for s in shipped())
             if all(k.get(f) == asked.get(f) for f in SAME)]
@@ -154,6 +156,14 @@ def nearest_key(key: str) -> tuple[str, dict[str, tuple]] | None:
     best = min(near)[1]
     grid = full(json.loads(best))
     return best, {f: (asked.get(f), grid.get(f)) for f in sorted(set(asked) | set(grid)) if asked.get(f) != grid.get(f)}
+
+
+def _mechanism_apart(asked: str | None, grid: str | None) -> int:
+    """0: the same noise mechanism; 1: the same family (both banded, or neither); 2: the other family."""
+    if asked == grid:
+        return 0
+    banded = [str(m or "dp-sgd").startswith("bandmf") for m in (asked, grid)]
+    return 1 if banded[0] == banded[1] else 2
 
 
 def lookup_key(key: str, point: dict, axes: tuple[str, ...], fields) -> tuple[dict, dict] | None:

@@ -155,9 +155,15 @@ def _nearest(q: Query, *, rates: str = "search", **_) -> Resolution | None:
                                f"{q.tuned.dataset} with {q.tuned.backbone}")
     found, entry = hit
     apart = ", ".join(f"{f} {g} (asked {a})" for f, (a, g) in near[1].items())
+    if "mechanism" in near[1] or "bands" in near[1]:  # only the rates are taken: the run's noise is its own
+        apart += f"; the run keeps its own noise ({_noise_words(q.tuned)})"
     return Resolution(values=_values(q, found), source="nearest", proxy=entry["proxy"], study=entry.get("study"),
                       trials=entry.get("trials", 0),
                       note=f"nearest shipped grid point (tuned on {entry['proxy']}), no search: {apart}")
+
+
+def _noise_words(cfg: RunConfig) -> str:
+    return f"{cfg.mechanism}, b = {cfg.bands}" if cfg.mechanism != "dp-sgd" else "DP-SGD"
 
 
 def _no_proxy(q: Query, **_) -> Resolution | None:

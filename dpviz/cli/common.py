@@ -108,19 +108,62 @@ def fail(e: DpvizError) -> int:
 
 
 class Progress:
-    """A training command's progress bar on stderr (none with --quiet), created at the first step."""
+    """A training command's progress on stderr (none with --quiet).
 
-    def __init__(self, cfg, quiet: bool):
-        self.cfg, self.quiet, self.bar = cfg, quiet, None
+    Before the first step, a pass over the data (features, a test split) is counted in rows with its own
+    measured time left. The step bar starts at the first step, so its clock holds no warm-up, and it shows
+    the run's time left as `dpviz.jobs.eta` measures it (phase by phase, evaluations included), never
+    tqdm's average rate: a feature pass between steps would stall that rate and blow its estimate up."""
+
+    def __init__(self, cfg, quiet: bool, store=None):
+        """``store``: where earlier runs' step times price the phases ahead (None: the current phase only)."""
+        self.cfg, self.quiet, self.store = cfg, quiet, store
+        self.bar = self.pass_bar = self.pace = None
 
     def __call__(self, step, total, last):
-        if not self.quiet:
-            self.bar = self.bar or _bar(self.cfg, total)
-            _update(self.bar, step, last)
+        if self.quiet:
+            return
+        import time
+
+        if self.pace is None and last.get("plan"):
+            from dpviz.jobs import eta
+
+            self.pace = eta.Pace(phases=[tuple(p) for p in last["plan"]], eval_every=self.cfg.eval_every,
+                                 prior=eta.prior(self.store, self.cfg) if self.store is not None else {})
+        if self.pace is not None:
+            self.pace.observe(step, time.time())
+        if "pass" in last and self.bar is None:  # before the first step: the pass alone, counted in rows
+            self._pass(*last["pass"])
+            return
+        if self.pass_bar is not None:
+            self.pass_bar.close()
+            self.pass_bar = None
+        if self.bar is None and not step:
+            return
+        self.bar = self.bar or _bar(self.cfg, total)
+        _update(self.bar, step, last, self.pace)
+
+    def _pass(self, what: str, done: int, total: int, spent: float) -> None:
+        if self.pass_bar is None or self.pass_bar.desc != what:
+            if self.pass_bar is not None:
+                self.pass_bar.close()
+            self.pass_bar = _counter(what, total)
+        self.pass_bar.n = done
+        left = f"about {_duration(spent / done * (total - done))} left" if 0 < done < total and spent >= 1 else ""
+        self.pass_bar.set_postfix_str(left, refresh=True)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        for bar in (self.pass_bar, self.bar):
+            if bar is not None:
+                bar.close()
+
+
+def say_start(cfg) -> None:
+    """The first line of a command that trains, before anything heavy is imported (torch takes seconds)."""
+    noise = ("DP-SGD" if cfg.mechanism == "dp-sgd" else f"{cfg.mechanism} b = {cfg.bands}") if cfg.private \
+        else "no privacy"
+    print(f"dpviz: training {cfg.strategy} at ε = {cfg.epsilon:g} ({noise}) on {cfg.dataset} with {cfg.backbone}: "
+          "loading torch, the data and the backbone, and calibrating the noise…", file=sys.stderr, flush=True)
 
 
 class SearchProgress:
@@ -161,16 +204,38 @@ class SearchProgress:
             self.bar = None
 
 
+# tqdm's own rate and time left are left out of every bar: they average over stalls (a feature pass between
+# steps, a phase of cheaper steps) and mislead by minutes; the postfix says what `dpviz.jobs.eta` measures
+_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
 def _bar(cfg, total):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step")
+    return tqdm(total=total, desc=f"{cfg.strategy} ε={cfg.epsilon:g}", file=sys.stderr, unit="step",
+                bar_format=_FORMAT)
 
 
-def _update(bar, step, last):
+def _counter(what: str, total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=what, file=sys.stderr, unit="row", bar_format=_FORMAT, leave=False)
+
+
+def _duration(seconds: float) -> str:
+    from dpviz.jobs.manager import duration
+
+    return duration(seconds)
+
+
+def _update(bar, step, last, pace=None):
     bar.n = step
-    if "pass" in last:  # a pass over the data before or between steps (`Loop._pass`)
+    if "pass" in last:  # a pass over the data between steps (`Loop._pass`): said, not timed by tqdm
         what, done, total, _ = last["pass"]
         bar.set_postfix_str(f"{what}: {done:,} of {total:,}", refresh=True)
         return
-    bar.set_postfix({k: f"{v:.3g}" for k, v in last.items() if isinstance(v, (int, float))}, refresh=True)
+    shown = {k: f"{v:.3g}" for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    from dpviz.jobs.manager import time_left
+
+    left = time_left(pace)
+    bar.set_postfix({**shown, **({"left": left} if left else {})}, refresh=True)

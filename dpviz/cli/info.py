@@ -204,7 +204,7 @@ def cmd_reproduce(args) -> int:
     stop = args.stop_after * 60 if args.stop_after is not None else None
     rows = reproduce.run(args.claims, task=args.task, seeds=tuple(range(args.seeds)), changes=changes,
                          cache_dir=args.cache_dir, progress=progress, workers=args.workers, scale=args.scale,
-                         stop_after=stop)
+                         stop_after=stop, on_note=lambda text: print(f"\ndpviz: {text}", file=sys.stderr))
     print(file=sys.stderr)
     wanted = len(args.claims or reproduce.REGISTRY)
     if stop is not None and len(rows) < wanted:

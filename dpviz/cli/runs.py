@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dpviz.config import switched_off
 from dpviz.errors import ConfigError
-from dpviz.cli.common import Progress, SearchProgress, config_flags, config_from_args, dump
+from dpviz.cli.common import Progress, SearchProgress, config_flags, config_from_args, dump, say_start
 from dpviz.privacy import release
 
 SEEDED_WEIGHTS = ("dpviz: note: randomness seeded and keep_weights {keep}: the weights this run keeps give anyone who "
@@ -111,9 +111,7 @@ def cmd_run(args) -> int:
     if not cfg.private:
         print("dpviz: note: epsilon = inf: this run trains WITHOUT differential privacy (no clipping, no noise)",
               file=sys.stderr)
-    if args.force:
-        _say_force(cfg, args.cache_dir)
-    elif getattr(args, "fresh", False):
+    if getattr(args, "fresh", False) and not args.force:
         _say_fresh(cfg, args.cache_dir)
     hit = None if args.force else runner.cached(cfg, cache_dir=args.cache_dir)  # torch-free
     summary = hit or _train(cfg, args)
@@ -134,25 +132,12 @@ def _say_seeded_weights(cfg) -> None:
         print(SEEDED_WEIGHTS.format(keep=cfg.keep_weights), file=sys.stderr)
 
 
-def _say_force(cfg, cache_dir) -> None:
-    """--force on a private configuration that is stored already, or training now: say which, and that it spends
-    the budget again. --force trains beside a run that is training (it does not wait for it: waiting is what a
-    plain request does, and its answer would be that run's); `list` marks both as trainings of one configuration."""
-    from dpviz import runner
-    from dpviz.store import Store
-
-    if not cfg.private:
-        return
-    store = Store(cache_dir)
-    resolved, _, hit = runner.lookup(cfg, store)
-    live = [] if resolved.auto else store.live_runs(resolved.hash())
-    cost = f"spends its privacy budget (ε = {cfg.epsilon:g}) again on the same private data"
-    if live:
-        print(f"dpviz: --force: run {live[0]} of this configuration is training now; a second run trains beside "
-              f"it and {cost}", file=sys.stderr)
-    elif hit:
-        print(f"dpviz: --force: this configuration is stored already (run {hit['run_id']}); training it again "
-              f"{cost}", file=sys.stderr)
+def _say_force(message: str) -> None:
+    """--force on a private configuration: `runner.run` says, once it has claimed its run, which run of the same
+    configuration is stored or training (or, as it ends, trained beside it) and that this one spends the budget
+    again; --force trains beside a run that is training (it does not wait for it: waiting is what a plain request
+    does, and its answer would be that run's); `list` marks both as trainings of one configuration."""
+    print(f"dpviz: --force: {message}", file=sys.stderr)
 
 
 def _resume_mode(args):
@@ -164,6 +149,11 @@ def _say_resume(quiet: bool):
     """What the command says when it goes on with a stopped run of the configuration instead of a new one (with
     --quiet too: it is what this command's ε is spent on)."""
     def on_resume(run_id: str, step: int) -> None:
+        if step == 0:  # no snapshot yet: its seed draws the same batches and noise again (`resume.replays`)
+            print(f"dpviz: run {run_id} of this configuration stopped before its first checkpoint; training it "
+                  "again from step 0 as the same run (its seed draws the same steps: the same ε, one run)",
+                  file=sys.stderr)
+            return
         print(f"dpviz: run {run_id} of this configuration stopped at step {step}; going on with it from there "
               "(the same ε, one run; --fresh starts over and spends the privacy budget again)", file=sys.stderr)
     return on_resume
@@ -208,7 +198,7 @@ def _run_rank(cfg, args) -> int:
         progress = Progress(cfg, quiet)
         summary = runner.run(cfg, cache_dir=args.cache_dir, force=args.force, progress=progress,
                              resume=_resume_mode(args), on_wait=_say_wait(quiet), on_resume=_say_resume(quiet),
-                             rates=getattr(args, "rates", "search"))
+                             rates=getattr(args, "rates", "search"), on_force=_say_force)
         progress.close()
     finally:
         distributed.close()
@@ -229,6 +219,11 @@ def _train(cfg, args) -> dict | None:
     background analyses run afterwards in a detached process (`_analyze_later`)."""
     import signal
 
+    from dpviz.training import calibration
+
+    calibration.check(cfg)  # bad input found now is one line, before the first line below
+    if not args.quiet:
+        say_start(cfg)
     from dpviz import runner
     from dpviz.training import idle
     from dpviz.errors import Cancelled
@@ -238,14 +233,14 @@ def _train(cfg, args) -> dict | None:
     cancel = threading.Event()
     from dpviz.autotune import used_fields
 
-    progress, search = Progress(cfg, args.quiet), SearchProgress(args.quiet, used_fields(cfg))
+    store = Store(args.cache_dir)
+    progress, search = Progress(cfg, args.quiet, store), SearchProgress(args.quiet, used_fields(cfg))
 
     def on_sigint(signum, frame):
         cancel.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    store = Store(args.cache_dir)
     early = ahead.start(cfg)  # σ and the ε curve in a second process while this one imports torch
     try:
         with idle.training(store.root):  # background analyses of earlier runs wait meanwhile
@@ -255,7 +250,7 @@ def _train(cfg, args) -> dict | None:
             return runner.run(cfg, store=store, force=args.force, progress=step, cancel=cancel, ahead=early,
                               search_progress=search, resume=_resume_mode(args), on_resume=_say_resume(args.quiet),
                               rates=getattr(args, "rates", "search"),
-                              on_wait=_say_wait(args.quiet))
+                              on_wait=_say_wait(args.quiet), on_force=_say_force)
     except (Cancelled, KeyboardInterrupt):
         print("dpviz: run cancelled", file=sys.stderr)
         return None
@@ -286,7 +281,8 @@ def _analyze_later(run_id: str, cache_dir) -> None:
 
 
 def text(s: dict) -> str:
-    """A run summary as one line: id, strategy, test accuracy and what it spent of ε."""
+    """A run summary as one line: id, strategy, noise mechanism (`names.mechanism`: "DP-SGD", "BandMF b=4"), test
+    accuracy and what it spent of ε."""
     if str(s["config"].get("epsilon")) in ("inf", "None"):
         eps = "NO DP (ε = inf: trained without privacy)"
     elif s.get("epsilon_spent") is not None:
@@ -304,7 +300,9 @@ def text(s: dict) -> str:
     acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
     src = (" (trained once by the request it waited for)" if s.get("waited_for") else " (from cache)") \
         if s.get("cached") else ""
-    return f"{s['run_id']}  {s['config']['strategy']:<8} test acc {acc}  {eps}{src}"
+    from dpviz import names
+
+    return f"{s['run_id']}  {s['config']['strategy']:<8} {names.mechanism(s['config']):<10} test acc {acc}  {eps}{src}"
 
 
 def cmd_list(args) -> int:
@@ -338,7 +336,10 @@ def cmd_show(args) -> int:
     if args.json:
         print(dump({**s, "privacy": release.statement(s), "privacy_check": s.get("privacy_check")}))
     else:
-        print("\n".join([text(s), *privacy_lines(s, full=True)]))
+        from dpviz import names
+
+        noise = f"  noise: {names.mechanism(s['config'], parts=True)}"  # a BandMF run's parts set its neighbours
+        print("\n".join([text(s), noise, *privacy_lines(s, full=True)]))
     return 0
 
 

@@ -1,9 +1,10 @@
 """Optuna studies: ``sweep`` (budget or sparse grids), ``tune`` (a TPE search) and ``worker``.
 
 Every flag a command is given is read: a flag of the other sweep kind, a range for a learning rate
-the strategy does not use, or a range end the data cannot take is one line naming it (exit 2)
-before a study is written (the checks themselves are `dpviz.sweeps`'). A sweep prints its table
-only when every point of its grid finished. `PARSERS` maps each subcommand to its parser's adder.
+the strategy does not use, a range end the data cannot take, or a grid point a run could not take
+(BandMF's b·q > 1, a σ that cannot reach its ε) is one line naming it (exit 2) before a study is written
+or any point trains (the checks themselves are `dpviz.sweeps`'). A sweep prints its table only when every
+point of its grid finished. `PARSERS` maps each subcommand to its parser's adder.
 """
 
 from __future__ import annotations
@@ -173,8 +174,7 @@ def cmd_sweep(args) -> int:
     _refuse_other_kind(args, base)
     sweeps.check_points(base, [{"epsilon": e} for e in args.epsilons])  # every ε, before starting
     args.epsilons = ["inf" if e.strip().lower() == "none" else str(float(e)) for e in args.epsilons]  # str(inf): "inf"
-    runner.preview(base)  # what needs the data (δ ≤ 1/n, the backbone, σ) fails here, before any trial
-    points = _grid(args, base)
+    points = _grid(args, base)  # the study checks each point as its run would (`sweeps.preview_points`) first
     study = sweeps.create_grid_sweep(args.kind, base, points, storage_url=args.storage, cache_dir=args.cache_dir)
     workers = _workers(args.workers, len(study.get_trials(deepcopy=False, states=(sweeps.TS.WAITING,))))
     failed = sweeps.run_local(study, run=runner.run, workers=workers, cache_dir=args.cache_dir,

@@ -6,35 +6,40 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpviz.figures.style import CLASS_COLORS, DASHES, SERIES, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import (CLASS_COLORS, MODEL_DASH, drawn, eps_text, log_axis, marker, run_styles,
+                                 layout as _layout)
 
 
 def law_plot(series: list[dict], quantity: str) -> go.Figure:
-    """Per-layer values on a log axis with the fitted ρ^l line, one colour and dash per run.
+    """Per-layer values on a log axis with the fitted ρ^l line: a run in its strategy's colour, its mechanism's
+    dash and a marker per ε (`style.run_styles`), its fit in the same colour and the dash of no run.
 
-    Each item: label, strategy, epsilon, values (index 0 = input), rho, intercept, r2, pearson_r.
-    The fit's ρ and R² are in its legend entry (labels beside the lines overlap when fits are close).
+    Each item: run_id, label, strategy, mechanism, epsilon, values (index 0 = input), rho, intercept, r2,
+    pearson_r. The fit's ρ and R² are in its legend entry (labels beside the lines overlap when fits are close).
     """
     fig = go.Figure()
     allv, top = [], 0
-    for i, s in enumerate(series):
+    ids = [s.get("run_id", str(i)) for i, s in enumerate(series)]
+    styles = run_styles((rid, s["strategy"], s.get("mechanism"), s["epsilon"]) for rid, s in zip(ids, series))
+    for i, (rid, s) in enumerate(zip(ids, series)):
         l = np.arange(len(s["values"]))
         top = max(top, len(l) - 1)
-        c, dash = SERIES[i % len(SERIES)], DASHES[i % len(DASHES)]
+        line, symbol = styles[rid]
         allv += list(s["values"])
         fig.add_trace(go.Scatter(x=l, y=s["values"], mode="markers+lines", name=s["label"], legendgroup=str(i),
-                                 line=dict(color=c, dash=dash, width=1), marker=dict(size=8, color=c)))
+                                 line=dict(line, width=1.5), marker=marker(symbol, color=line["color"], size=8)))
         if np.isfinite(s["rho"]):
             fit = s["intercept"] * s["rho"] ** l
             allv += list(fit)
             fig.add_trace(go.Scatter(x=l, y=fit, mode="lines", legendgroup=str(i), hoverinfo="skip",
                                      name=f"fit: ρ={s['rho']:.3g}, R²={s['r2']:.2f}",
-                                     line=dict(color=c, dash="dot", width=2)))
+                                     line=dict(color=line["color"], dash=MODEL_DASH, width=2)))
     eps = sorted({eps_text(s["epsilon"]) for s in series})
     fig = _layout(fig, f"{quantity} per layer, fitted ρ<sup>l</sup><br>ε ∈ {{{', '.join(eps)}}}",
                   "layer l (0 = input)", f"{quantity} (log scale)", height=440)
     fig.update_xaxes(tick0=0, dtick=1, range=[-0.3, top + 0.3])  # layers are integers
-    return log_axis(fig, "y", allv)
+    fig = log_axis(fig, "y", allv)
+    return drawn(fig, ids) if all("run_id" in s for s in series) else fig
 
 
 def layer_heatmap(table: pd.DataFrame, quantity: str, title_run: str) -> go.Figure:

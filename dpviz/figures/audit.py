@@ -8,7 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpviz.figures.style import DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
+from dpviz import names
+from dpviz.figures.style import GREY, SERIES, eps_text, line, log_axis, layout as _layout
 
 INF_AT = 32.0
 """Where ε = ∞ (no noise) sits on a sweep's log ε axis: two octaves past the grid's 8 (clear of the 10¹ tick)."""
@@ -17,8 +18,10 @@ SCORE_LABELS = {"white-box": "canary score: log-likelihood ratio of its projecti
 
 
 def _title(r: dict) -> str:
-    return (f"{r['config']['strategy']}, ε = {eps_text(r['epsilon'] or 'inf')}, {r['threat']}, "
-            f"M = {r['canaries']}")
+    """The audited run as every surface names it (its mechanism where it is not DP-SGD), the threat and M."""
+    noise = names.named(r["config"])
+    return (f"{r['config']['strategy']}, ε = {eps_text(r['epsilon'] or 'inf')}{', ' + noise if noise else ''}, "
+            f"{r['threat']}, M = {r['canaries']}")
 
 
 def _confidence(r: dict) -> str:
@@ -89,7 +92,8 @@ def _x(eps) -> float:
 
 
 def sweep_figure(rows: list[dict]) -> go.Figure:
-    """ε_lb against ε, a panel per threat and a line per strategy, with ε_lb = ε and the ceiling.
+    """ε_lb against ε, a panel per threat and a line per strategy and mechanism (the table's colour and dash), with
+    ε_lb = ε and the ceiling; the title names the mechanism where it is not DP-SGD.
 
     The diagonal and the ceiling span at least the default grid's ε (0.5 to ∞), so a sweep of one point
     still shows where it stands between them."""
@@ -101,6 +105,7 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
     lo, hi = min([0.5, *finite]), max([8.0, *finite])
     diag = list(np.geomspace(lo, hi, 2))
     ceiling = max((r["ceiling"] for r in rows), default=0.0)
+    mixed = names.mixed(rows)
     for col, threat in enumerate(threats, start=1):
         fig.add_trace(go.Scatter(x=diag, y=diag, mode="lines", name="ε_lb = ε (accountant's bound)",
                                  legendgroup="diag", line=dict(color=GREY, dash="dot"), showlegend=col == 1),
@@ -108,19 +113,20 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
         fig.add_trace(go.Scatter(x=[lo, INF_AT], y=[ceiling] * 2, mode="lines", showlegend=col == 1,
                                  legendgroup="ceiling", name=f"ceiling for M = {rows[0]['canaries'] if rows else '?'}",
                                  line=dict(color=SERIES[2], dash="dash")), row=1, col=col)
-        for i, strategy in enumerate(dict.fromkeys(r["strategy"] for r in rows)):
-            pts = sorted((_x(r["epsilon"]), r["epsilon_lb"]) for r in rows
-                         if r["strategy"] == strategy and r["threat"] == threat)
+        for strategy, noise in dict.fromkeys((r["strategy"], names.mechanism(r)) for r in rows):
+            same = [r for r in rows if (r["strategy"], names.mechanism(r)) == (strategy, noise)]
+            pts = sorted((_x(r["epsilon"]), r["epsilon_lb"]) for r in same if r["threat"] == threat)
+            name = f"{strategy} {noise}" if mixed else strategy
             if pts:
                 fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
-                                         name=strategy, legendgroup=strategy, showlegend=col == 1,
-                                         line=dict(color=color(strategy), dash=DASHES[i % len(DASHES)])),
-                              row=1, col=col)
+                                         name=name, legendgroup=name, showlegend=col == 1,
+                                         line=line(strategy, names.mechanism_of(same[0]))), row=1, col=col)
     decades = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
     conf = (f"{rows[0]['confidence']:.0%} confidence for both bounds together; "
             if rows and rows[0].get("bound_significance") is not None else "")
-    fig = _layout(fig, f"Audited lower bound ε_lb vs budget ε<br>({conf}the f-DP bound assumes a Gaussian trade-off)",
-                  None, "ε_lb (larger of both bounds)", height=440)
+    noise = "" if mixed or not rows else names.named(rows[0])
+    fig = _layout(fig, f"Audited lower bound ε_lb vs budget ε{' under ' + noise if noise else ''}<br>({conf}the f-DP "
+                  "bound assumes a Gaussian trade-off)", None, "ε_lb (larger of both bounds)", height=440)
     fig.update_xaxes(type="log", range=[math.log10(decades[0]), math.log10(INF_AT * 1.3)],
                      tickvals=[*decades, INF_AT], ticktext=[*(f"10<sup>{round(math.log10(d))}</sup>" for d in decades), "∞"],
                      title="ε (∞ = no noise)")

@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dpviz.privacy import accountants
-from dpviz.figures.style import BEST, DASHES, GREY, SERIES, color, log_axis, layout as _layout
+from dpviz.figures.style import (BEST, DASHES, GREY, SERIES, drawn, log_axis, marker, run_styles,
+                                 layout as _layout)
 
 SYMBOLS = ("circle", "square", "diamond")
 
@@ -16,34 +17,51 @@ TERMS = (("curvature", "GᵀHG (curvature along G)"), ("sampling", "tr(HΣ)/B (s
 
 
 def trace_figure(df: pd.DataFrame, switches: dict[str, int] | None = None) -> go.Figure:
-    """tr(H) with ± 1 standard error bars against step, one line per run; ``switches`` (run id → step) mark
-    where an LP-FFT run's LP phase ended with a dotted line in that run's colour and dash."""
+    """tr(H) with ± 1 standard error bars against step, one line per run in the table's colour and dash of its
+    strategy and mechanism (`style.run_styles`); ``switches`` (run id → step) mark where an LP-FFT run's LP phase
+    ended with a dotted line in that run's colour."""
     fig = go.Figure()
-    for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
+    styles = _styles(df)
+    for rid, g in df.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        line = dict(color=color(g["strategy"].iloc[0]), dash=DASHES[i % len(DASHES)])
+        line, symbol = styles[rid]
         fig.add_trace(go.Scatter(x=g["step"], y=g["trace"], error_y=dict(type="data", array=g["stderr"]),
-                                 mode="lines+markers", name=g["label"].iloc[0], line=line))
+                                 mode="lines+markers", name=g["label"].iloc[0], line=line,
+                                 marker=marker(symbol, color=line["color"])))
         if (switches or {}).get(rid) is not None:
             fig.add_vline(x=switches[rid], line=dict(color=line["color"], dash="dot", width=1.5),
                           annotation_text="LP → FFT", annotation_position="top",
                           annotation_font=dict(size=11, color=line["color"]))
-    return _layout(fig, "Hessian trace tr(H)<br>Hutchinson ± 1 s.e.", "training step", "tr(H)")
+    fig = _layout(fig, "Hessian trace tr(H)<br>Hutchinson ± 1 s.e.", "training step", "tr(H)")
+    return drawn(fig, df["run_id"]) if len(df) else fig
+
+
+def _styles(df: pd.DataFrame) -> dict:
+    """Run id → (line, marker symbol) of `style.run_styles` for the runs of a `curvature_table`."""
+    runs = df.drop_duplicates("run_id")
+    mech = runs["mechanism"] if "mechanism" in runs else [None] * len(runs)
+    eps = runs["epsilon"] if "epsilon" in runs else [None] * len(runs)
+    return run_styles(zip(runs["run_id"], runs["strategy"], mech, eps))
 
 
 def terms_figure(df: pd.DataFrame) -> go.Figure:
-    """The improvement's denominator terms (and GᵀG) against step; a colour per run, a dash per term."""
+    """The improvement's denominator terms (and GᵀG) against step: a run in the table's colour and dash of its
+    strategy and mechanism, as in `trace_figure` beside it; a marker per term (hollow for every second run that
+    shares a colour and dash with another)."""
     fig = go.Figure()
-    for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
+    styles, shared = _styles(df), {}
+    for rid, g in df.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        c = SERIES[i % len(SERIES)]
+        line = styles[rid][0]
+        k = shared[(line["color"], line["dash"])] = shared.get((line["color"], line["dash"]), -1) + 1
         for j, (key, name) in enumerate(TERMS):
-            fig.add_trace(go.Scatter(x=g["step"], y=g[key], mode="lines+markers", name=f"{name} · {rid}",
-                                     line=dict(color=c, dash=DASHES[j]), marker=dict(symbol=SYMBOLS[j])))
+            fig.add_trace(go.Scatter(x=g["step"], y=g[key], mode="lines+markers", name=f"{name} · {rid}", line=line,
+                                     marker=dict(symbol=SYMBOLS[j] + ("-open" if k % 2 else ""), color=line["color"])))
         fig.add_trace(go.Scatter(x=g["step"], y=g["gtg"], mode="lines", name=f"GᵀG · {rid}",
-                                 line=dict(color=c, dash="longdash", width=1)))
-    return _layout(fig, "Terms of D in the per-step improvement<br>(GᵀG)²/(2·D)", "training step", "value",
-                   height=460)
+                                 line=dict(line, width=1)))
+    fig = _layout(fig, "Terms of D in the per-step improvement<br>(GᵀG)²/(2·D)", "training step", "value",
+                  height=460)
+    return drawn(fig, df["run_id"]) if len(df) else fig
 
 
 def blocks_figure(blocks: pd.DataFrame, title_run: str) -> go.Figure:

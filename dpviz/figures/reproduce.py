@@ -6,7 +6,7 @@ import re
 
 import plotly.graph_objects as go
 
-from dpviz.figures.style import DASHES, SERIES, VERDICT_COLORS, color, layout as _layout
+from dpviz.figures.style import DASHES, SERIES, VERDICT_COLORS, layout as _layout, line
 
 _CURVE = re.compile(r"ε=(\S+) p=(\S+)")
 
@@ -34,11 +34,13 @@ def claim_figure(row: dict) -> go.Figure:
     return _layout(fig, title, None, "measured (mean ± std over seeds)")
 
 
-def _group_color(group: str, i: int) -> str:
-    """A group named by a strategy ("fft", "lp-fft") in that strategy's colour, as on every page; others in turn."""
+def _group_line(group: str, i: int) -> dict:
+    """A group named by a strategy ("fft", "lp-fft") in that strategy's colour and DP-SGD's dash (the scorecard's
+    runs), as on every page; others in turn."""
     from dpviz import strategies
 
-    return color(group) if group in strategies.names() else SERIES[i % len(SERIES)]
+    return line(group, "dp-sgd") if group in strategies.names() else dict(color=SERIES[i % len(SERIES)],
+                                                                          dash=DASHES[i % len(DASHES)])
 
 
 def scale_figure(rows: dict[str, dict]) -> go.Figure | None:
@@ -68,7 +70,7 @@ def scale_figure(rows: dict[str, dict]) -> go.Figure | None:
                 continue
             x, y = ([p[0] for p in data], [p[1] for p in data]) if kind == "knn" else (list(range(len(data))), data)
             fig.add_trace(go.Scatter(x=x, y=y, name=g, legendgroup=g, showlegend=col == 1, mode="lines+markers",
-                                     line=dict(color=_group_color(g, i), dash=DASHES[i % len(DASHES)])),
+                                     line=_group_line(g, i)),
                           row=1, col=col)
     x_title, y_title = (("DP step", "kNN accuracy (fraction)") if kind == "knn"
                         else ("layer l", "log₁₀ D_l (mean over seeds)"))

@@ -1,7 +1,7 @@
 """Figures of runs: metric curves, seed bands and the budget split's utility curve.
 
-Built from `dpviz.results` tables in the one style of `dpviz.figures.style`: a colour per
-strategy (dash per ε), axis labels with units, ε in titles.
+Built from `dpviz.results` tables in the one style of `dpviz.figures.style`: a colour per strategy, a dash
+per noise mechanism and a marker per ε (`style.run_styles`), axis labels with units, ε in titles.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpviz.figures.style import (DASHES, LEGEND_LINE, SERIES, color, dash_by_eps, eps_order, eps_text, layout,
-                                 log_axis, metric_label, wrap)
+from dpviz import names
+from dpviz.figures.style import (DASHES, LEGEND_LINE, SERIES, eps_order, eps_text, layout, log_axis, marker,
+                                 metric_label, drawn, run_styles, wrap)
 from dpviz.figures.style import label as axis_label
 from dpviz.privacy import release
 
@@ -36,23 +37,32 @@ def _layout(fig: go.Figure, title: str, ylabel: str) -> go.Figure:
     return layout(fig, title, "training step", ylabel, height=380)
 
 
-def _run_lines(d: pd.DataFrame, dash: dict):
-    """(run id, label, colour, dash) per run of ``d``: the strategy's colour, a dash per ε, and the next dash
-    for each further run of the same strategy and ε."""
-    seen: dict = {}
-    for (rid, label, strat, eps), g in d.groupby(["run_id", "label", "strategy", "epsilon"], sort=False):
-        k = seen[(strat, str(eps))] = seen.get((strat, str(eps)), -1) + 1
-        yield rid, label, g, dict(color=color(strat), dash=DASHES[(DASHES.index(dash.get(str(eps), "solid")) + k)
-                                                                   % len(DASHES)])
+def _mechanisms(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``mechanism`` column (a table without one: runs of DP-SGD)."""
+    return df if "mechanism" in df else df.assign(mechanism=names.DEFAULT)
+
+
+def _run_lines(d: pd.DataFrame, styles: dict):
+    """(run id, label, rows, line, marker) per run of ``d``, styled by ``styles`` (`style.run_styles`)."""
+    for (rid, label), g in d.groupby(["run_id", "label"], sort=False):
+        line, symbol = styles[rid]
+        yield rid, label, g, line, marker(symbol, color=line["color"])
+
+
+def _styles(df: pd.DataFrame) -> dict:
+    """Run id → (line, marker) over every run of ``df`` (all its metrics: a run looks alike in every panel)."""
+    runs = _mechanisms(df).drop_duplicates("run_id")
+    return run_styles(zip(runs["run_id"], runs["strategy"], runs["mechanism"], runs["epsilon"]))
 
 
 def metric_curves(df: pd.DataFrame, metric: str) -> go.Figure:
     """One line per run for ``metric`` (df from `results.curves`)."""
     fig = go.Figure()
     d = df[df["metric"] == metric]
-    for _, label, g, line in _run_lines(d, dash_by_eps(df) if len(df) else {}):
-        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines", line=line))
-    fig = _layout(fig, _title(metric, df) if len(df) else axis_label(metric), metric_label(metric))
+    for _, label, g, line, mark in _run_lines(d, _styles(df)):
+        fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines+markers",
+                                 line=line, marker=mark))
+    fig = drawn(_layout(fig, _title(metric, df) if len(df) else axis_label(metric), metric_label(metric)), d["run_id"])
     return log_axis(fig, "y", d["value"]) if metric in LOG_METRICS and len(d) else fig
 
 
@@ -68,13 +78,13 @@ def live_curves(df: pd.DataFrame, metrics: tuple[str, ...]) -> go.Figure:
     titles = [release.metric_label(m, _name(m)) for m in metrics]  # a private batch's loss: not covered by ε
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=titles,
                         horizontal_spacing=0.1)
-    dash = dash_by_eps(df) if len(df) else {}
+    styles = _styles(df)
     for col, metric in enumerate(metrics, start=1):
-        for rid, label, g, line in _run_lines(df[df["metric"] == metric], dash):
-            fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines",
-                                     line=line, legendgroup=rid, showlegend=col == 1), row=1, col=col)
+        for rid, label, g, line, mark in _run_lines(df[df["metric"] == metric], styles):
+            fig.add_trace(go.Scatter(x=g["step"], y=g["value"], name=wrap(label, LEGEND_LINE), mode="lines+markers",
+                                     line=line, marker=mark, legendgroup=rid, showlegend=col == 1), row=1, col=col)
     title = _title(metrics[0], df).split(", ", 1)[-1] if len(df) else ""
-    fig = layout(fig, f"Live runs, {title}" if title else "Live runs", None, None, height=400)
+    fig = drawn(layout(fig, f"Live runs, {title}" if title else "Live runs", None, None, height=400), df["run_id"])
     for col, metric in enumerate(metrics, start=1):  # after `layout`, which sets the first panel's titles
         fig.update_yaxes(title_text=_unit(metric), row=1, col=col)
     fig.update_xaxes(title_text="training step")
@@ -91,21 +101,32 @@ def _unit(metric: str) -> str:
 
 
 def band_curves(bands: pd.DataFrame, metric: str) -> go.Figure:
-    """Mean ± std over seeds per group (bands from `results.seed_bands`)."""
+    """Mean ± std over seeds per group (bands from `results.seed_bands`), in the table's colour and dash of the
+    group's strategy and mechanism, a marker per ε; a group's mechanism is named where the groups' differ."""
     fig = go.Figure()
+    bands = _mechanisms(bands)
     d = bands[bands["metric"] == metric]
-    dash = dash_by_eps(bands) if len(bands) else {}
+    keys = bands.drop_duplicates("group")
+    styles = run_styles(zip(keys["group"], keys["strategy"], keys["mechanism"], keys["epsilon"]))
+    mixed = names.mixed(_noise(r) for _, r in keys.iterrows())
     for (grp, strat, eps), g in d.groupby(["group", "strategy", "epsilon"], sort=False):
-        c, n = color(strat), int(g["n"].max())
-        name = f"{strat} ε={eps_text(eps)} (n={n})"
+        line, symbol = styles[grp]
+        n, noise = int(g["n"].max()), names.named(_noise(g.iloc[0]), mixed)
+        name = f"{strat} ε={eps_text(eps)}{' ' + noise if noise else ''} (n={n})"
         fig.add_trace(go.Scatter(x=list(g["step"]) + list(g["step"][::-1]),
                                  y=list(g["mean"] + g["std"]) + list((g["mean"] - g["std"])[::-1]),
-                                 fill="toself", fillcolor=c, opacity=0.18, line=dict(width=0),
+                                 fill="toself", fillcolor=line["color"], opacity=0.18, line=dict(width=0),
                                  hoverinfo="skip", showlegend=False, legendgroup=grp))
-        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines", legendgroup=grp,
-                                 line=dict(color=c, dash=dash.get(str(eps), "solid"))))
+        fig.add_trace(go.Scatter(x=g["step"], y=g["mean"], name=name, mode="lines+markers", legendgroup=grp,
+                                 line=line, marker=marker(symbol, color=line["color"])))
     title = (_title(metric, bands) + "<br>mean ± std over seeds") if len(bands) else axis_label(metric)
     return _layout(fig, title, metric_label(metric))
+
+
+def _noise(row) -> dict:
+    """The mechanism fields of a table's row, as `names` reads them."""
+    bands = row.get("bands")
+    return {"mechanism": row.get("mechanism"), "bands": 1 if pd.isna(bands) else int(bands)}
 
 
 def utility_curve(rows: pd.DataFrame, metric: str = "test_accuracy") -> go.Figure:

@@ -1,18 +1,19 @@
 """The one style of every dpviz figure: palette, template, layout, axis labels, captions.
 
-Strategy colours come from the strategy registry (each strategy declares its own), so a new
-strategy is drawn in its colour everywhere without this module knowing it. Figure modules
-import from here only; none reaches into another figure module.
+A run is drawn from one table wherever it appears, on a page or in an export: its strategy's colour (from the
+strategy registry: each strategy declares its own, so a new strategy is drawn in its colour everywhere without
+this module knowing it) and its noise mechanism's dash (`MECHANISM_DASHES`); runs that share both are told apart
+by a marker (`SYMBOLS`, by ε first). Figure modules import from here only; none reaches into another figure
+module.
 """
 
 from __future__ import annotations
 
 import html
 
-import pandas as pd
 import plotly.graph_objects as go
 
-from dpviz import strategies
+from dpviz import names, strategies
 from dpviz.privacy import randomness, release
 
 TEMPLATE = "plotly_white"
@@ -46,10 +47,69 @@ ANALYSIS_LABELS = {"knn_accuracy": "kNN accuracy of backbone features (fraction)
 PRIVATE = "statistics of private data, NOT covered by the DP guarantee"
 
 
+MECHANISM_DASHES = {"dp-sgd": "solid", "bandmf": "dash", "bandmf-momentum": "dot"}
+"""One dash per noise mechanism (`RunConfig.mechanism`) in every figure; a mechanism not listed: `OTHER_DASH`."""
+OTHER_DASH = "longdash"
+MODEL_DASH = "longdashdot"
+"""A line that is no run's (a fit, a closed form, a diffusion): a dash no mechanism takes."""
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
+"""Markers that tell apart the runs of one strategy and mechanism: one per ε, the next for a further run."""
+MARKERS = 12
+"""Markers a run's curve shows at most: a cue along the line, not a dot at every step."""
+
+
 def color(strategy: str) -> str:
     """The strategy's declared colour (the built-in ones declare Okabe–Ito's); grey for a name no strategy
     registers."""
     return strategies.colors().get(strategy, GREY)
+
+
+def dash(mechanism: str | None) -> str:
+    """The noise mechanism's dash (a config stored before mechanisms: DP-SGD's)."""
+    return MECHANISM_DASHES.get(mechanism or names.DEFAULT, OTHER_DASH)
+
+
+def line(strategy: str, mechanism: str | None, **kw) -> dict:
+    """A run's line: its strategy's colour and its mechanism's dash (``kw``: width and the like)."""
+    return dict(color=color(strategy), dash=dash(mechanism), **kw)
+
+
+def style_table() -> dict:
+    """The one table every figure draws runs from: strategy → colour, mechanism → dash."""
+    return {"strategy": strategies.colors(), "mechanism": dict(MECHANISM_DASHES)}
+
+
+def symbol_by_eps(values) -> dict:
+    """One marker per ε of ``values`` (text keys, ∞ last), in increasing ε."""
+    eps = sorted({str(e) for e in values}, key=lambda e: float("inf") if e in ("None", "inf") else float(e))
+    return {e: SYMBOLS[i % len(SYMBOLS)] for i, e in enumerate(eps)}
+
+
+def marker(symbol: str, **kw) -> dict:
+    """A run's marker: ``symbol``, at most `MARKERS` of them along its curve."""
+    return {"symbol": symbol, "size": 7, "maxdisplayed": MARKERS, **kw}
+
+
+def run_styles(runs) -> dict:
+    """Run id → (line, marker) for ``runs`` (id, strategy, mechanism, ε): the table's colour and dash, and a
+    marker per ε, the next one for each further run of the same strategy, mechanism and ε."""
+    runs = list(runs)
+    sym, seen, out = symbol_by_eps(e for *_, e in runs), {}, {}
+    for rid, strategy, mechanism, eps in runs:
+        k = seen[(strategy, mechanism, str(eps))] = seen.get((strategy, mechanism, str(eps)), -1) + 1
+        out[rid] = (line(strategy, mechanism), SYMBOLS[(SYMBOLS.index(sym[str(eps)]) + k) % len(SYMBOLS)])
+    return out
+
+
+def drawn(fig: go.Figure, run_ids) -> go.Figure:
+    """``fig`` recording the runs it draws (`drawn_runs`): an export's caption names exactly these."""
+    return fig.update_layout(meta={"runs": [str(r) for r in dict.fromkeys(run_ids)]})
+
+
+def drawn_runs(fig: go.Figure) -> list[str] | None:
+    """The ids of the runs ``fig`` draws, or None for a figure that records none."""
+    meta = fig.layout.meta
+    return list(meta["runs"]) if isinstance(meta, dict) and "runs" in meta else None
 
 
 def eps_text(eps) -> str:
@@ -59,12 +119,6 @@ def eps_text(eps) -> str:
 def eps_order(values) -> list:
     """ε values sorted with None (no privacy) as ∞."""
     return sorted(values, key=lambda e: float("inf") if e is None else float(e))
-
-
-def dash_by_eps(df: pd.DataFrame) -> dict:
-    """One dash style per ε of ``df`` (text keys), in increasing ε."""
-    eps = sorted({str(e) for e in df["epsilon"]}, key=lambda e: float(e))
-    return {e: DASHES[i % len(DASHES)] for i, e in enumerate(eps)}
 
 
 def label(metric: str) -> str:
@@ -120,6 +174,18 @@ def title_margin(title: str | None) -> int:
 def legend_below() -> dict:
     """A horizontal legend under the plot: narrow columns keep their width for the data."""
     return dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", title=None)
+
+
+LEGEND_ROW = 19
+"""Pixels a legend line takes (its 12 px text and the space between entries)."""
+
+
+def legend_room(fig: go.Figure) -> go.Figure:
+    """``fig`` taller by its legend's lines, counted as if each entry had a row of its own (a column too narrow
+    for two side by side, as at 1024 px): a legend of many runs under the plot then takes its room from the
+    figure, not from the plot, which keeps its height, and the legend stays clear of the x axis's title."""
+    lines = sum(str(t.name).count("<br>") + 1 for t in fig.data if t.name and t.showlegend is not False)
+    return fig.update_layout(height=(fig.layout.height or 420) + LEGEND_ROW * lines)
 
 
 def power_text(k: int) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dpviz.figures.style import BEST, DASHES, GREY, SERIES, color, eps_text, log_axis, layout as _layout
+from dpviz.figures.style import (BEST, DASHES, GREY, MODEL_DASH, SERIES, color, eps_text, line, log_axis,
+                                 layout as _layout)
 
 METRIC_LABELS = {
     "loss": "training loss",
@@ -29,18 +30,18 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 def time_figure(c, metric: str) -> go.Figure:
-    """``metric`` against diffusion time, mean ± 1 std over seeds per strategy; LP's closed form beside."""
+    """``metric`` against diffusion time, mean ± 1 std over seeds per strategy (its colour and DP-SGD's dash, as
+    every figure draws its runs); LP's closed form beside, in the dash of no run."""
     fig, t = go.Figure(), c.times
-    for i, (name, mean) in enumerate(c.mean.items()):
+    for name, mean in c.mean.items():
         m, sd, col = mean[metric], c.std[name][metric], color(name)
         fig.add_trace(go.Scatter(x=t + t[::-1], y=[a + b for a, b in zip(m, sd)] + [a - b for a, b in zip(m, sd)][::-1],
                                  fill="toself", fillcolor=_rgba(col, 0.12), line=dict(width=0), hoverinfo="skip", mode="lines",
                                  showlegend=False, legendgroup=name))
-        fig.add_trace(go.Scatter(x=t, y=m, mode="lines", name=name, legendgroup=name,
-                                 line=dict(color=col, dash=DASHES[i % len(DASHES)])))
+        fig.add_trace(go.Scatter(x=t, y=m, mode="lines", name=name, legendgroup=name, line=line(name, "dp-sgd")))
     if metric == "loss" and c.closed_form:
         fig.add_trace(go.Scatter(x=t, y=c.closed_form, mode="lines", name="LP, closed form (OU process)",
-                                 line=dict(color=color("lp"), dash="dot", width=3)))
+                                 line=dict(color=color("lp"), dash=MODEL_DASH, width=3)))
     switch = c.setting["lp_share"] * c.setting["time"]
     if 0 < switch < c.setting["time"]:  # a legend entry, not a label over the curves
         ys = [y for tr in fig.data for y in tr.y]
@@ -74,7 +75,7 @@ def overlay_figure(o: dict) -> go.Figure:
     """The engine's DP-SGD loss (at t = η·step) over the diffusion's with the engine's own noise."""
     fig = go.Figure()
     for name, key, dash in (("dpviz DP-SGD (Poisson, clipping, accountant)", "engine", "solid"),
-                            ("Langevin diffusion, matched noise", "diffusion", "dot")):
+                            ("Langevin diffusion, matched noise", "diffusion", MODEL_DASH)):
         fig.add_trace(go.Scatter(x=o["times"], y=o[key], mode="lines", name=name,
                                  line=dict(color=color(o["strategy"]), dash=dash, width=2 if dash == "solid" else 3)))
     return _layout(fig, f"DP-SGD vs its diffusion: {o['strategy']}, ε = {eps_text(o['epsilon'])}<br>"

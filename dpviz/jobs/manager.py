@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, StoreError
+from dpviz.jobs import eta
 from dpviz.runtime import pool
+from dpviz.runtime.pool import threads_per_worker
 from dpviz.runtime.threads import DaemonPool, end_process
 from dpviz.runner import run, training_modules
 from dpviz.store import Store
@@ -64,7 +66,7 @@ class Job:
     total_steps: int | None = None
     last: dict = field(default_factory=dict)
     since: float | None = None  # time.time() of the latest progress: what the first step has taken so far
-    step_clock: tuple[int, float] | None = None  # (step, time.time()) at the first step seen: the measured pace
+    pace: "eta.Pace | None" = field(default=None, repr=False)  # its measured pace, phase by phase (`dpviz.jobs.eta`)
     summary: dict | None = None
     error: str | None = None
     processes: int = 1  # > 1: one run over this many local processes (torchrun, `dpviz.training.distributed`)
@@ -125,14 +127,14 @@ class _Searching:
             self.on_step()
 
 
-def time_left(clock: tuple[int, float] | None, done: int, total: int | None) -> str | None:
-    """The time ``total − done`` more units take at the pace measured since ``clock`` = (units done then,
-    time.time() then), as `duration` writes it; None until a unit has passed and a second gone by (no promise
-    before a measurement)."""
-    if clock is None or not total or done <= clock[0] or done >= total:
+def time_left(pace: eta.Pace | None, now: float | None = None) -> str | None:
+    """The time a run has left at its measured ``pace`` (`dpviz.jobs.eta`): "about …" as `duration` writes it, "at
+    least …" where a later phase's pace is not known yet; None before the current phase is measured (no
+    promise before a measurement)."""
+    est = pace.left(time.time() if now is None else now) if pace is not None else None
+    if est is None:
         return None
-    spent = time.time() - clock[1]
-    return duration(spent / (done - clock[0]) * (total - done)) if spent >= 1.0 else None
+    return f"about {duration(est.seconds)}" if est.complete else f"at least {duration(est.seconds)}"
 
 
 def duration(seconds: float) -> str:
@@ -160,8 +162,10 @@ class JobManager:
         self._lock = threading.Lock()
         self.job_threads = DaemonPool(workers, "dpviz-job")
         # Analyses of new checkpoints run beside training, one at a time, never blocking it.
-        self.analysis_pool = DaemonPool(1, "dpviz-analysis")
-        self.curvature_pool = DaemonPool(1, "dpviz-curvature")
+        # At the lowest priority, and on one core while anything trains (`background`): a page's analysis
+        # beside a training run made its steps four times slower.
+        self.analysis_pool = DaemonPool(1, "dpviz-analysis", nice=19)
+        self.curvature_pool = DaemonPool(1, "dpviz-curvature", nice=19)
         self.task_threads = DaemonPool(TASK_THREADS, "dpviz-task")  # the pages' tasks (`run_task`)
         self.jobs: dict[int, Job] = {}
         self.tasks: list[Task] = []
@@ -232,9 +236,9 @@ class JobManager:
             return {"phase": "training", "text": "first step (the first forward and backward load and warm up "
                     f"the model; a pretrained backbone takes longest){took}", "fraction": 0.0}
         if job.phase == "training":
-            left = time_left(job.step_clock, job.step, job.total_steps)
+            left = time_left(job.pace)
             return {"phase": "training", "text": f"training (step {job.step} of {job.total_steps}"
-                    f"{f', about {left} left' if left else ''})", "fraction": frac}
+                    f"{f', {left} left' if left else ''})", "fraction": frac}
         text = ("finished (trained once, by another process this launch waited for)" if job.waited else
                 "finished (answered from the store: this configuration had trained before)") if job.cached else job.status
         return {"phase": job.phase, "text": text, "fraction": 1.0 if job.status == "finished" else frac}
@@ -295,8 +299,11 @@ class JobManager:
         def progress(step, total, last):
             self._share_cores(job)
             job.step, job.total_steps, job.last, job.since = step, total, last, time.time()
-            if step and job.step_clock is None:  # the pace is measured from the first step on, not the warm-up
-                job.step_clock = (step, job.since)
+            if job.pace is None and last.get("plan"):  # the pace is measured from the first step on
+                job.pace = eta.Pace(phases=[tuple(p) for p in last["plan"]], eval_every=job.cfg.eval_every,
+                                    prior=eta.prior(self.store, job.cfg))
+            if job.pace is not None:
+                job.pace.observe(step, job.since)
 
         def started(run_id):
             job.run_id, job.status, job.phase, job.since = run_id, "running", "training", time.time()
@@ -330,6 +337,17 @@ class JobManager:
         finally:
             job.phase = job.status
 
+    def background(self, pool: DaemonPool, fn, *args, **kwargs) -> Future:
+        """Submit ``fn`` to an analysis ``pool``: it runs on one torch thread while any job or task trains
+        (checked as it starts), on every core otherwise, so training keeps the cores it was given."""
+        def work():
+            import torch
+
+            torch.set_num_threads(1 if self._training else threads_per_worker(1))
+            return fn(*args, **kwargs)
+
+        return pool.submit(work)
+
     def _unattended(self, run_id: str, step: int):
         return self.queue_analyses(run_id, step, unattended_only=True)
 
@@ -347,8 +365,8 @@ class JobManager:
                 self.store.event(run_id, "analysis-failed", f"step {step}: {type(e).__name__}: {e}")
 
         try:
-            curvature = self.curvature_pool.submit(work, "model")
-            return self.analysis_pool.submit(work, "features"), curvature
+            curvature = self.background(self.curvature_pool, work, "model")
+            return self.background(self.analysis_pool, work, "features"), curvature
         except RuntimeError:  # pools shut down (the server stopping): the run itself must not fail for it;
             done = Future()   # a page computes a missing analysis on demand later
             done.set_result(None)
@@ -365,9 +383,9 @@ class JobManager:
         wait_for([j.future for j in active if j.future is not None], timeout=timeout)
         out = []
         for job in active:
-            if job.run_id and self._status(job.run_id) in ("running", "queued", "cancelled"):
-                self.store.finish_run(job.run_id, "interrupted", error="the server running it stopped before it "
-                                      "finished; `python -m dpviz run --resume` goes on from its last checkpoint")
+            if job.run_id and self.store.interrupt_stopped(job.run_id, "the server running it stopped before it "
+                                                           "finished; `python -m dpviz run --resume` goes on from "
+                                                           "its last checkpoint"):
                 out.append(job.run_id)
         return out
 

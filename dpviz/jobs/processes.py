@@ -16,10 +16,13 @@ import os
 import signal
 import tempfile
 import time
+import warnings
 
 from dpviz.errors import Cancelled
 from dpviz.runtime import pool
-from dpviz.runner import resolved
+from dpviz.runner import PrivacyBudgetWarning, resolved
+
+FORCED = "dpviz: --force: "  # how `python -m dpviz run` prints what a forced run spends (`dpviz.cli.runs`)
 
 
 def argv(cfg_file: str, cache_dir, force: bool) -> list[str]:
@@ -48,12 +51,21 @@ def run(job, store, *, force: bool, search_progress, started) -> dict:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         os.unlink(f.name)
+    _say_forced(err)
     if job.cancel_event.is_set():
         raise Cancelled()
     if proc.returncode:
         tail = [line for line in err.strip().splitlines() if "error" in line.lower()] or err.strip().splitlines()
         raise RuntimeError(f"{job.processes} processes: {(tail or ['exit ' + str(proc.returncode)])[-1][:300]}")
     return {**json.loads(out[out.index("{"):]), **auto}
+
+
+def _say_forced(err: str) -> None:
+    """What rank 0 said of a forced run's budget (`dpviz.runner.Forced`, on its stderr), said again here as
+    `runner.run` says it in one process: a `PrivacyBudgetWarning`."""
+    for line in err.splitlines():
+        if line.startswith(FORCED):
+            warnings.warn(line[len(FORCED):], PrivacyBudgetWarning, stacklevel=3)
 
 
 def _follow(job, store, config_hash: str, since: float, started) -> None:

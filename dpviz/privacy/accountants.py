@@ -7,7 +7,9 @@ over a schedule's (σ, q, T) entries, and how σ is calibrated by it. Validation
 page, figures and the command line read `names` and `get`; `dpviz.privacy.accounting` composes a schedule
 through ``epsilon`` and calibrates σ with any accountant that ``calibrates``. A new accountant is one
 `register` call, as Opacus's ``register_accountant`` is, in a module dpviz imports (a plugin named in
-``DPVIZ_PLUGINS``, `dpviz.plugins`): nothing else names it.
+``DPVIZ_PLUGINS``, `dpviz.plugins`): nothing else names it. It may not take a built-in's name (runs stored
+under that name would answer for it), and what its ``epsilon`` returns is checked before it is used
+(`ask`, `check_answer`): an accountant is someone else's code, and its ε is the run's promise.
 
 This module imports nothing heavy: the built-ins' ``epsilon`` functions (here too) import Opacus's accountants
 (or dp_accounting) when first called, so validating a config or drawing the form costs nothing.
@@ -18,9 +20,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import numbers
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
+
+from dpviz.errors import ConfigError, DpvizError
 
 History = list[tuple[float, float, int]]  # (σ, q, T): a Poisson-sampled Gaussian composed T times, in order
 
@@ -69,10 +75,16 @@ class Accountant:
 
 
 REGISTRY: dict[str, Accountant] = {}
+BUILT_INS: dict[str, Accountant] = {}  # dpviz's own, filled below: no other may take their names
 
 
 def register(accountant: Accountant) -> Accountant:
-    """Add ``accountant`` (replacing one of the same name); returns it, so a module can keep it."""
+    """Add ``accountant`` (replacing another registered under its name, never a built-in one: the runs
+    stored under a built-in's name would answer for it); returns it, so a module can keep it."""
+    if accountant.name in BUILT_INS:
+        owner = sys._getframe(1).f_globals.get("__name__", "?")
+        raise ConfigError("accountant", f"a name of its own: {owner} may not replace dpviz's built-in accountant",
+                          accountant.name)
     REGISTRY[accountant.name] = accountant
     return accountant
 
@@ -211,3 +223,106 @@ register(Accountant(name="gdp", label="GDP (Opacus; approximate, reported by PRV
                     epsilon=_opacus("gdp"), bound_by="prv", one_mechanism=True, guess_by=None))
 register(Accountant(name="pld", label="PLD (Google's dp-accounting; upper bound)", color="#CC79A7", epsilon=pld_epsilon,
                     package="dp_accounting", guess_by="rdp"))
+BUILT_INS.update(REGISTRY)
+
+
+# --- what an accountant's ε must be before it is used ---------------------------------------------------
+#
+# Calibration trusts ε to pick σ, and a run reports it as its promise, so an ε that is not a number, or one
+# that says less than the schedule spends, would train with too little noise and store a false guarantee.
+# Each ε is checked where it is cheap (`ask`: every call) and where it becomes an answer (`check_answer`:
+# the ε of a calibrated σ, a run's reported ε; once per schedule, not per step of a σ search).
+
+PLD_TOLERANCE = 0.01
+"""How far below dp_accounting's PLD ε (`pld_epsilon`, on its own grid) an accountant's ε may be. PLD's
+pessimistic estimate is an upper bound, within 0.25 % of the same estimate on a grid 3× finer at every
+schedule measured (ε from 0.05 to 50, 20 to 100,000 steps; most at the smallest ε), so the true ε is no
+further below it; 1 % leaves room beyond that, and PRV's and RDP's bounds lie above PLD's everywhere measured."""
+
+
+class Refused(ConfigError):
+    """An accountant's ε that would break the promise it makes: one line naming the accountant."""
+
+
+def refuse(acc: Accountant, rule: str, what: str, history: History) -> Refused:
+    """The refusal of ``acc``'s ε: the ``rule`` it breaks and ``what`` it did, at the schedule ``history``."""
+    return Refused("accountant", f"{acc.name}: ε must be {rule}; {what} at {schedule_text(history)}")
+
+
+def schedule_text(history: History) -> str:
+    """``history`` in a few words: σ, q and the steps of each entry."""
+    return "; ".join(f"σ = {s:.4g}, q = {q:.4g}, {t} steps" for s, q, t in history)
+
+
+def ask(acc: Accountant, history: History, delta: float) -> float:
+    """``acc``'s ε of ``history`` at ``delta``: a real number ≥ 0, +∞ included (no finite bound at this σ,
+    the safe side: calibration raises σ); `Refused` for anything else, and for an exception."""
+    try:
+        value = acc.epsilon(history, delta)
+    except DpvizError:
+        raise  # already one line naming what is missing (PLD's package)
+    except Exception as e:  # noqa: BLE001 - someone else's code: one line naming it, not a traceback
+        raise refuse(acc, "returned, not raised", f"it raised {type(e).__name__}: {_line(e)}", history) from e
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not real or math.isnan(value) or value < 0:
+        raise refuse(acc, "a number ≥ 0", f"it returned {_line(repr(value))}", history)
+    return float(value)
+
+
+def check_answer(acc: Accountant, history: History, delta: float, epsilon: float) -> None:
+    """`Refused` unless ``epsilon``, ``acc``'s ε of ``history`` about to be used as an answer (a calibrated σ's,
+    a run's reported one), is finite and, for a bound, not below what one step alone spends (`one_step_delta`,
+    exact) nor, for a plugin's, below dp_accounting's PLD ε of the schedule less `PLD_TOLERANCE`."""
+    if not math.isfinite(epsilon):
+        raise refuse(acc, "finite where it is the answer", f"it returned {epsilon}", history)
+    if acc.bound_by is not None:
+        return  # an approximation, shown beside the bound that calibrates and reports its runs
+    if any(one_step_delta(sigma=s, q=q, epsilon=epsilon) > delta * (1 + 1e-6) for s, q, _ in history):
+        raise refuse(acc, "at least what one step alone spends", f"it returned {epsilon:.4g}", history)
+    if acc is BUILT_INS.get(acc.name):
+        # dpviz's own bounds, which no plugin may replace: proven, their ε checked against PLD's by the tests
+        # (tests/test_accountant_seam.py) and every run's recomputed by PLD in its privacy check. Here, PLD
+        # would import dp_accounting (≈ 0.9 s) into the form's every preview and every run's start.
+        return
+    reference = _pld_reference(acc, history, delta)
+    if epsilon < reference * (1 - PLD_TOLERANCE):
+        raise refuse(acc, f"at least dp_accounting's PLD ε of the same schedule, less {100 * PLD_TOLERANCE:g} %",
+                     f"it returned {epsilon:.4g} where PLD gives {reference:.4g}", history)
+
+
+def one_step_delta(*, sigma: float, q: float, epsilon: float) -> float:
+    """δ(ε) of one Poisson-sampled Gaussian step (σ, q) for removing a record, exactly: a step's output y has
+    privacy loss log(1 − q + q·e^((2y − 1)/2σ²)), above ε for y > x = σ²·log((e^ε − 1 + q)/q) + ½, so
+    δ(ε) = q·Φ̄((x − 1)/σ) − (e^ε − 1 + q)·Φ̄(x/σ). A composition spends at least any of its steps: an ε whose δ
+    here exceeds the run's δ is below the true ε, whatever the other steps."""
+    from scipy.special import log_ndtr
+
+    log_ratio = epsilon + math.log1p(-(1 - q) * math.exp(-epsilon)) - math.log(q)  # log((e^ε − 1 + q)/q)
+    x = sigma * sigma * log_ratio + 0.5
+    return float(q * math.exp(log_ndtr((1 - x) / sigma))
+                 - math.exp(log_ratio + math.log(q) + log_ndtr(-x / sigma)))
+
+
+def _pld_reference(acc: Accountant, history: History, delta: float) -> float:
+    """dp_accounting's PLD ε of ``history``, the reference ``acc``'s ε is held to; `Refused` where it cannot be
+    computed (nothing else vouches for a plugin's ε)."""
+    if not BUILT_INS["pld"].available():
+        from dpviz.errors import install_hint
+
+        raise refuse(acc, "checked against dp_accounting's PLD", "dp_accounting is not installed "
+                     f"({install_hint('dp_accounting')})", history)
+    try:
+        return _pld_of(tuple(map(tuple, history)), delta)
+    except Exception as e:  # noqa: BLE001 - e.g. dp_accounting's arrays overflow at an absurd σ
+        raise refuse(acc, "checked against dp_accounting's PLD", f"PLD failed ({type(e).__name__}: {_line(e)})",
+                     history) from e
+
+
+@functools.lru_cache(maxsize=256)
+def _pld_of(history: tuple, delta: float) -> float:
+    """`pld_epsilon`, once per schedule: a calibration and the run's reported ε check the same one."""
+    return pld_epsilon(list(history), delta)
+
+
+def _line(x) -> str:
+    return " ".join(str(x).split())[:120]

@@ -101,10 +101,11 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str | registry.Acc
     `pld_grid`, a guarantee too. A schedule without noise (σ = 0) has
     ε = ∞; no steps, ε = 0. Consecutive phases of the same (σ, q) are merged
     first; an accountant of one mechanism (GDP, which reads only the last history
-    entry) refuses phases of different σ or q with ValueError.
+    entry) refuses phases of different σ or q with ValueError. The accountant's ε is checked
+    (`accountants.ask`): anything but a number ≥ 0, or an exception, is `accountants.Refused`.
     """
     acc = registry.get(accountant)
-    history = [p.accounted() for p in phases if p.steps > 0]
+    history = _history(phases)
     if not history:
         return 0.0
     if any(s <= 0 for s, _, _ in history):
@@ -112,7 +113,12 @@ def epsilon(*, phases: list[Phase], delta: float, accountant: str | registry.Acc
     if acc.one_mechanism and len({(s, q) for s, q, _ in history}) > 1:
         raise ValueError(f"accountant: {acc.name} composes only phases with one σ and q; use one of "
                          f"{', '.join(a for a in registry.names() if not registry.get(a).one_mechanism)}")
-    return float(acc.epsilon(_merge(history), delta))
+    return registry.ask(acc, history, delta)
+
+
+def _history(phases: list[Phase]) -> list[tuple]:
+    """The merged (σ, q, T) entries an accountant composes for ``phases``."""
+    return _merge([p.accounted() for p in phases if p.steps > 0])
 
 
 def pld_grid(*, phases: list[Phase], delta: float) -> float:
@@ -151,17 +157,55 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
     found by doubling, then narrowed by the Illinois variant of regula falsi on
     log ε(σ) (a handful of accountant calls instead of ~20 for bisection). The
     returned σ is always the bracket's upper end, whose ε is ≤ target, so the
-    budget is never exceeded.
+    budget is never exceeded. The ε the search reads must fall as σ grows, and the
+    returned σ's is checked as an answer (`accountants.check_answer`): an accountant
+    that fails either is `accountants.Refused`.
     """
     if not math.isfinite(target_epsilon):
         return 0.0
     acc = registry.get(accountant)
-    if not acc.calibrates:
-        raise ValueError(f"accountant: {acc.name} does not calibrate σ; use {acc.bound}")
+    sigma, spent = _search(target_epsilon, delta, phases, acc, rel_tol)
+    registry.check_answer(acc, _history(with_sigma(phases, sigma)), delta, spent)
+    return sigma
+
+
+MONOTONE_TOLERANCE = 1e-6
+"""How much an ε may rise as σ grows (relative): none, bar rounding. PRV, RDP, GDP and PLD fell at every
+step of 150 σ from 0.7 to 1.5 times the calibrated one, at seven schedules."""
+
+
+class _Readings:
+    """ε at each σ a search asks for; an accountant whose ε rises with σ is `accountants.Refused` (more noise
+    never spends more: a search over such an ε finds a σ by accident)."""
+
+    def __init__(self, acc: registry.Accountant, phases: list[Phase], delta: float):
+        self.acc, self.phases, self.delta, self.seen = acc, phases, delta, {}
+
+    def __call__(self, sigma: float) -> float:
+        eps = epsilon(phases=with_sigma(self.phases, sigma), delta=self.delta, accountant=self.acc)
+        for s, e in self.seen.items():
+            (s_lo, e_lo), (s_hi, e_hi) = sorted([(s, e), (sigma, eps)])
+            if e_hi > e_lo * (1 + MONOTONE_TOLERANCE):
+                raise registry.refuse(self.acc, "non-increasing as σ grows",
+                                      f"it returned {e_lo:.4g} at σ = {s_lo:.4g} and {e_hi:.4g}",
+                                      _history(with_sigma(self.phases, s_hi)))
+        self.seen[sigma] = eps
+        return eps
+
+
+def check_floor(*, target_epsilon: float, delta: float, acc: registry.Accountant, rel_tol: float = 1e-3) -> None:
+    """ValueError where ``acc`` cannot certify ``target_epsilon`` at ``delta`` whatever σ (RDP's orders' floor)."""
     if acc.floor is not None and target_epsilon <= (floor := acc.floor(delta)) * (1 + rel_tol):
         raise ValueError(f"epsilon: {acc.label} cannot certify ε = {target_epsilon:g} at δ = {delta:g} whatever σ "
                          f"(its floor is {floor:.3g}); use accountant prv, or a larger ε")
-    eps_of = lambda s: epsilon(phases=with_sigma(phases, s), delta=delta, accountant=acc)  # noqa: E731
+
+
+def _search(target_epsilon, delta, phases, acc: registry.Accountant, rel_tol) -> tuple[float, float]:
+    """`calibrate_sigma`'s search: (σ, its ε), unchecked as an answer (a first guess uses it too)."""
+    if not acc.calibrates:
+        raise ValueError(f"accountant: {acc.name} does not calibrate σ; use {acc.bound}")
+    check_floor(target_epsilon=target_epsilon, delta=delta, acc=acc, rel_tol=rel_tol)
+    eps_of = _Readings(acc, phases, delta)
     f = lambda e: math.log(e) - math.log(target_epsilon) if e > 0 else -math.inf  # noqa: E731
     lo, hi = 0.0, _first_guess(target_epsilon, delta, phases, acc)
     f_hi = f(eps_of(hi))
@@ -175,6 +219,9 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
         lo, f_lo = hi, f_hi
         hi *= 2
         if hi > MAX_SIGMA:
+            if math.isinf(eps_of.seen[lo]):  # no finite ε even at σ = 10⁴: the accountant, not the budget
+                raise registry.refuse(acc, f"finite at some σ ≤ {MAX_SIGMA:g}", "it returned inf",
+                                      _history(with_sigma(phases, lo)))
             raise ValueError(f"epsilon: {target_epsilon} is too small for this schedule (σ > {MAX_SIGMA:g})")
         f_hi = f(eps_of(hi))
     if lo == 0.0:
@@ -199,7 +246,7 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
             if side == 1:
                 f_hi /= 2
             side = 1
-    return hi
+    return hi, eps_of.seen[hi]
 
 
 def _first_guess(target_epsilon, delta, phases, acc: registry.Accountant) -> float:
@@ -211,13 +258,15 @@ def _first_guess(target_epsilon, delta, phases, acc: registry.Accountant) -> flo
         return 1.0
     if acc.guess_by != "gdp":
         try:
-            return calibrate_sigma(target_epsilon=target_epsilon, delta=delta, phases=phases, accountant=acc.guess_by,
-                                   rel_tol=0.01)
+            return _search(target_epsilon, delta, phases, registry.get(acc.guess_by), 0.01)[0]
+        except registry.Refused:
+            raise
         except ValueError:  # below its floor: GDP's guess, as the other accountants
             pass
     try:
-        return 1.05 * calibrate_sigma(target_epsilon=target_epsilon, delta=delta, phases=phases, accountant="gdp",
-                                      rel_tol=0.001)
+        return 1.05 * _search(target_epsilon, delta, phases, registry.get("gdp"), 0.001)[0]
+    except registry.Refused:
+        raise
     except ValueError:  # GDP cannot compose phases with different σ or q
         return 1.0
 
@@ -239,7 +288,8 @@ def epsilon_curve(*, phases: list[Phase], delta: float, accountant: str | regist
 
     Between grid points a run reports the ε of the next grid point, an upper
     bound since ε grows with t; a ``cheap`` accountant (RDP) is evaluated at every step of a
-    schedule of up to `MAX_CURVE_POINTS` steps.
+    schedule of up to `MAX_CURVE_POINTS` steps. Every point must be finite, and the last, the run's ε, is
+    checked as an answer (`accountants.check_answer`).
     """
     total = sum(p.steps for p in phases)
     if total == 0:
@@ -253,7 +303,22 @@ def epsilon_curve(*, phases: list[Phase], delta: float, accountant: str | regist
         acc += p.steps
         ends.add(acc)
     ts = sorted(ts | ends)
-    return {t: epsilon(phases=truncate(phases, t), delta=delta, accountant=accountant) for t in ts}
+    curve = {t: epsilon(phases=truncate(phases, t), delta=delta, accountant=accountant) for t in ts}
+    _check_curve(curve, phases=phases, delta=delta, accountant=registry.get(accountant))
+    return curve
+
+
+def _check_curve(curve: dict[int, float], *, phases: list[Phase], delta: float,
+                 accountant: registry.Accountant) -> None:
+    """Each point of a run's ε curve is reported as what the run had spent by then: finite, and the last, the
+    run's ε, checked as an answer."""
+    history = _history(phases)
+    if any(s <= 0 for s, _, _ in history):
+        return  # no noise: ∞ is the schedule's ε, not the accountant's
+    for t, eps in curve.items():
+        if not math.isfinite(eps):
+            registry.check_answer(accountant, _history(truncate(phases, t)), delta, eps)
+    registry.check_answer(accountant, history, delta, curve[max(curve)])
 
 
 def spent_at(curve: dict[int, float], step: int) -> float:
@@ -314,6 +379,8 @@ def sigma_by_batch_size(*, epsilon: float, delta: float, epochs: int, dataset_si
             dp = Phase(name="dp", steps=T, noise_multiplier=0.0, sample_rate=q, clip_norm=1.0)
             try:
                 s, why = calibrate_sigma(target_epsilon=epsilon, delta=delta, accountant=acc, phases=[dp]), None
+            except registry.Refused:
+                raise
             except ValueError as e:  # this accountant cannot reach ε here; the others' rows still stand
                 s, why = None, str(e).split(": ", 1)[-1]
             rows.append({"accountant": acc, "batch_size": int(B), "noise_multiplier": s, "sample_rate": q,

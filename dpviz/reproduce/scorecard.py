@@ -82,7 +82,7 @@ def curves(m: dict) -> dict:
 
 def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None, cache_dir=None,
         progress: Callable | None = None, cancel=None, workers: int = 1, scale: str = "small",
-        stop_after: float | None = None) -> list[dict]:
+        stop_after: float | None = None, on_note: Callable[[str], None] | None = None) -> list[dict]:
     """Train what the chosen claims need on ``task`` (finished runs answer from the cache) and return their rows.
 
     Args:
@@ -98,22 +98,32 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         stop_after: seconds after which the pass stops (None: never): the run in flight stops at its next
             step, stored cancelled with the snapshot of its last checkpoint, and the rows so far are returned.
             Every run resumes a stopped run of its configuration from its snapshot (`dpviz.training.resume`),
-            so a pass cut into pieces (a device call of at most 10 minutes each) trains each step once.
+            so a pass cut into pieces (a time-limited job each) trains each step once. A run with no snapshot
+            yet trains on to its first one before it stops (stopped earlier, the next piece would start it over
+            and no piece would get further); ``on_note`` hears that said (default: a note on stderr).
+        on_note: called with a sentence where ``stop_after`` waits for a run's first checkpoint.
+
+    Every run the pass would train is checked first as it would be before training (`calibration.preview`):
+    a run no configuration could take is a `ConfigError` before any of them trains.
     """
     from dpviz.runner import run as run_one
     from dpviz.store import Store
+    from dpviz.sweeps import distinct_schedules
+    from dpviz.training import calibration
 
     chosen = [REGISTRY[c] for c in (claims or REGISTRY)]
     todo = plan(chosen, seeds, task, changes, scale)  # a bad change is refused before the store opens (or is made)
     store = Store(cache_dir)
-    if stop_after is not None:
-        cancel = cancel or threading.Event()
-        timer = threading.Timer(stop_after, cancel.set)
-        timer.daemon = True
-        timer.start()
+    total = sum(len(v) for g in todo.values() for v in g.values())
+    if progress:
+        progress(0, total, "checking")
+    for cfg in distinct_schedules(pending(todo, store)):  # the whole pass, before any of it trains
+        calibration.preview(cfg)
+    deadline = None if stop_after is None else Deadline(stop_after, cancel or threading.Event(), store,
+                                                        on_note or _say)
+    cancel = deadline.cancel if deadline else cancel
     if workers > 1:
         train(pending(todo, store), workers=workers, cache_dir=store.root, progress=progress, cancel=cancel)
-    total = sum(len(v) for g in todo.values() for v in g.values())
     done, rows, memo = 0, [], {}
     for claim in chosen:
         if claim.id not in todo:
@@ -123,19 +133,81 @@ def run(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | 
         for g, cfgs in todo[claim.id].items():
             groups[g] = []
             for cfg in cfgs:
-                if cancel is not None and cancel.is_set():
+                if cancel is not None and cancel.is_set() or deadline and deadline.due:
                     return rows
                 key = cfg.to_json()
                 try:
-                    memo[key] = memo.get(key) or run_one(cfg, store=store, cancel=cancel, resume=True)
+                    memo[key] = memo.get(key) or run_one(cfg, store=store, cancel=cancel, resume=True,
+                                                         **(deadline.watch() if deadline else {}))
                 except Cancelled:
                     return rows
+                finally:
+                    if deadline:
+                        deadline.between()
                 groups[g].append(memo[key])
                 done += 1
                 if progress:
                     progress(done, total, claim.id)
         rows.append(row(claim, store, groups, task, scale))
     return rows
+
+
+class Deadline:
+    """``stop_after`` of a pass: once the time is up, ``cancel`` is set, but not while the run in flight has no
+    snapshot newer than where it started: stopped then, the next pass would go on from where this one began
+    (or start over), and a pass shorter than a run's first checkpoint would never get further, leaving a stopped
+    run each time. That run trains on to its next checkpoint first, and ``note`` says so once."""
+
+    def __init__(self, seconds: float, cancel: threading.Event, store, note: Callable[[str], None]):
+        self.cancel, self.store, self.note = cancel, store, note
+        self.due, self.asked, self.run_id, self.saved = False, False, None, False
+        self._lock = threading.Lock()
+        timer = threading.Timer(seconds, self._expire)
+        timer.daemon = True
+        timer.start()
+
+    def watch(self) -> dict:
+        """The hooks of the run about to be asked for (`dpviz.runner.run`'s ``on_start``, ``on_checkpoint``)."""
+        with self._lock:
+            self.asked, self.run_id, self.saved = True, None, False
+        return {"on_start": self._started, "on_checkpoint": self._checkpoint}
+
+    def between(self) -> None:
+        """The run asked for has returned (or stopped): the pass may stop at once."""
+        with self._lock:
+            self.asked = False
+            self._stop()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.due = True
+            if not self._stop():
+                self.note(f"stop-after: the time is up, but run {self.run_id or 'starting now'} has no checkpoint to "
+                          "go on from yet; it trains on to its next checkpoint, then the pass stops (stopped now, "
+                          "the next pass would start it over)")
+
+    def _started(self, run_id: str) -> None:
+        with self._lock:
+            self.run_id = run_id
+
+    def _checkpoint(self, run_id: str, step: int) -> None:
+        with self._lock:
+            self.saved = self.saved or (step > 0 and self.store.has_resume(run_id))
+            self._stop()
+
+    def _stop(self) -> bool:
+        """Set ``cancel`` where the time is up and nothing would be lost; whether it is set."""
+        if self.due and (not self.asked or self.saved):
+            self.cancel.set()
+        return self.cancel.is_set()
+
+
+def _say(text: str) -> None:
+    """A note of the pass on stderr, as dpviz's command line says its notes (a timer thread says it: a warning
+    there could meet another thread's filters, `warnings.catch_warnings` being process-wide)."""
+    import sys
+
+    print(f"dpviz: note: {text}", file=sys.stderr)
 
 
 def train(configs: list[RunConfig], *, workers: int, cache_dir, progress: Callable | None = None,

@@ -14,8 +14,10 @@ import json
 import numpy as np
 import pandas as pd
 
+from dpviz import names
 from dpviz.store import Store
-from dpviz.results.runs import group_key, run_labels
+from dpviz.results.labels import run_labels
+from dpviz.results.runs import group_key
 
 def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> pd.DataFrame:
     """Cached scalar ``field`` of analysis ``name`` per checkpoint, in `curves`' long format.
@@ -33,9 +35,9 @@ def analysis_curves(store: Store, run_ids: list[str], name: str, field: str) -> 
             if res is None:
                 missing.append((rid, step))
                 continue
-            rows.append((rid, labels[rid], c["strategy"], c["epsilon"], c["seed"], group_key(c), step,
-                         f"{name}_{field}", res[field]))
-    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "step", "metric", "value"]
+            rows.append((rid, labels[rid], c["strategy"], c["epsilon"], c["seed"], group_key(c),
+                         names.mechanism_of(c), c.get("bands", 1), step, f"{name}_{field}", res[field]))
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "mechanism", "bands", "step", "metric", "value"]
     df = pd.DataFrame(rows, columns=cols)
     df.attrs["missing"] = missing
     return df
@@ -70,8 +72,8 @@ def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
         checkpoint: "last" or "first" feature checkpoint of each run.
 
     Returns:
-        The series (label, strategy, epsilon, values, rho, intercept, r2, pearson_r) of the runs whose
-        result is cached, and the (run_id, step) checkpoints of the others, to queue for analysis.
+        The series (run_id, label, strategy, mechanism, epsilon, values, rho, intercept, r2, pearson_r) of the runs
+        whose result is cached, and the (run_id, step) checkpoints of the others, to queue for analysis.
     """
     out, missing = [], []
     labels = run_labels([store.get_run(rid) for rid in run_ids])
@@ -84,7 +86,8 @@ def law_series(store: Store, run_ids: list[str], name: str, field: str, *,
             missing += [(rid, s) for s in steps]
             continue
         run = store.get_run(rid)
-        out.append({"label": labels[rid] + f" @ step {res['step']}", "strategy": run["config"]["strategy"],
+        out.append({"run_id": rid, "label": labels[rid] + f" @ step {res['step']}",
+                    "strategy": run["config"]["strategy"], "mechanism": names.mechanism_of(run["config"]),
                     "epsilon": run["config"]["epsilon"], "values": res[field], "rho": res["rho"],
                     "intercept": res["intercept"], "r2": res["r2"], "pearson_r": res["pearson_r"],
                     "unreadable": res.get("unreadable", "")})

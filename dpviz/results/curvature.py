@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dpviz import names
 from dpviz.store import Store
 from dpviz.results.analyses import cached_analysis
-from dpviz.results.runs import run_labels
+from dpviz.results.labels import run_labels
 
 CURVATURE_FIELDS = ("trace", "stderr", "probes", "gtg", "gthg", "tr_h_sigma", "clip_factor", "dominant",
                     "lr_star", "improvement_star", "parameters")
 
 
 def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
-    """One row per cached hessian result: run, step, tr(H) ± s.e., GᵀG, GᵀHG, the denominator's terms.
+    """One row per cached hessian result: run, its strategy, mechanism and ε, step, tr(H) ± s.e., GᵀG, GᵀHG, the
+    denominator's terms.
 
     ``attrs["missing"]`` lists (run_id, step) checkpoints not analysed yet; ``attrs["blocks"]`` is a long
     table (run_id, step, block, trace, stderr) of the per-block traces.
@@ -37,7 +39,8 @@ def curvature_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
                 missing.append((rid, step))
                 continue
             rows.append({"run_id": rid, "label": labels[rid], "strategy": run["config"]["strategy"],
-                         "epsilon": run["config"]["epsilon"], "step": step,
+                         "mechanism": names.mechanism_of(run["config"]), "epsilon": run["config"]["epsilon"],
+                         "step": step,
                          **{k: res[k] for k in CURVATURE_FIELDS}, **res["terms"],
                          "noise_multiplier": res["decelerator"]["noise_multiplier"],
                          "batch_size": res["decelerator"]["batch_size"],

@@ -1,12 +1,11 @@
 """Tables and readings of stored runs: curves, seed bands, the run table, twins and the budget split.
 
 Holds what the run figures (`dpviz.figures.runs`) and the Compare, Budget and Public → private pages
-read: `run_label` and `caption` (labels), `curves` / `seed_bands` (long metric tables and their mean ±
-std over seeds, `group_key` grouping runs that differ only by seed), `final_table` (one row per run)
+read (their labels and captions: `dpviz.results.labels`): `curves` / `seed_bands` (long metric tables and their
+mean ± std over seeds, `group_key` grouping runs that differ only by seed), `final_table` (one row per run)
 with `best_run_reading`, `shown_runs` / `offered` / `stored_ids` / `runs_of` / `matching_run` (which runs to show
-and in which order, and a run's
-"twin" under another strategy), `switch_step` (a continual run's switch to private data) and
-`budget_reading` (the best LP share per ε under the budget split's utility curve).
+and in which order, and a run's "twin" under another strategy), `switch_step` (a continual run's switch to
+private data) and `budget_reading` (the best LP share per ε under the budget split's utility curve).
 
 Attributes:
     CURVE_METRICS: the metrics `curves` reads by default.
@@ -15,104 +14,16 @@ Attributes:
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
 
+from dpviz import names
+from dpviz.results.labels import run_labels
 from dpviz.store import SHOWN, Store
 
 CURVE_METRICS = ("loss", "train_accuracy", "test_accuracy", "test_loss", "epsilon",
                  "clip_fraction", "clip_fraction_dp", "grad_norm", "lr", "step_ms")
 _VARYING_IGNORED = ("seed", "device", "eval_every", "checkpoint_every")
-
-
-LABEL_FIELDS = ("dataset", "backbone", "lp_fraction", "lr_lp", "lr_ft", "epochs", "batch_size", "clip_norm",
-                "train_size", "max_length", "sparsity", "selection", "tune_blocks", "lora_rank", "public_dataset",
-                "switch_step", "optimizer", "clipping", "accountant", "delta", "precision", "seed")
-"""The fields a label names when they differ among the runs shown, in this order."""
-SHORT = {"lp_fraction": "p", "batch_size": "B", "clip_norm": "C", "sparsity": "s", "tune_blocks": "k",
-         "lora_rank": "r", "delta": "δ", "lr_lp": "lr LP", "lr_ft": "lr FT", "train_size": "n"}
-
-
-def run_label(run: dict, fields: tuple = ("seed",)) -> str:
-    """Short human label: strategy (with lp-fft's p), ε, ``fields`` as name=value where the run's strategy
-    reads them, and the run id (and its kind when not the user's own launch: "· trial" for a study's trial,
-    "· search" for an "auto" search's)."""
-    kind = run.get("kind", "user")
-    return f"{config_label(run['config'], fields)} [{run['run_id']}]" + (f" · {kind}" if kind != "user" else "")
-
-
-def config_label(c: dict, fields: tuple = ("seed",)) -> str:
-    """A configuration's label: strategy (with lp-fft's p), ε, the noise mechanism when it is not DP-SGD's, and
-    ``fields`` as name=value where its strategy reads them ("lp-fft ε=1.5 bandmf b=4 p=0.5 dataset=glyphs seed=3")."""
-    eps = "∞" if str(c["epsilon"]) == "inf" else f"{float(c['epsilon']):g}"
-    read, own = _own_fields(c["strategy"]), _own_fields()
-    named = [f for f in ("lp_fraction",) * (c["strategy"] == "lp-fft") + tuple(fields) if f in read or f not in own
-             if f != "max_length" or _text(c)]
-    extra = "".join(f" {SHORT.get(f, f)}={_value(c.get(f))}" for f in dict.fromkeys(named) if f in c)
-    noise = f" {c['mechanism']} b={c.get('bands', 1)}" if c.get("mechanism", "dp-sgd") != "dp-sgd" else ""  # always said
-    return f"{c['strategy']} ε={eps}{noise}{extra}"
-
-
-def launch_label(c: dict) -> str:
-    """`config_label` naming every field of `LABEL_FIELDS` and the seed that differs from its default: what a
-    toast or a progress line says of a launch, so that two launches are told apart by more than their ε."""
-    from dpviz.config import RunConfig
-
-    default = RunConfig().to_dict()
-    return config_label(c, tuple(f for f in (*LABEL_FIELDS, "seed") if f in default and c.get(f) != default[f]
-                                 and not f.startswith("lr_")))
-
-
-def run_labels(runs: list[dict]) -> dict[str, str]:
-    """Run id → label naming what tells the ``runs`` apart: strategy and ε (lp-fft's p always), the dataset and
-    backbone where they differ among all ``runs``, and every other field of `LABEL_FIELDS` that differs among
-    the runs of the same strategy and ε — so that two such runs never share a label but for their ids, and a
-    label names no field that only runs of another strategy set differently."""
-    return {r["run_id"]: run_label(r, fields) for r, fields in _apart(runs)}
-
-
-def config_labels(configs: dict) -> dict:
-    """Key → `config_label` of ``configs`` (key → config) naming what tells them apart, as `run_labels` does
-    for runs: the labels of jobs not stored yet (a progress line)."""
-    runs = [{"run_id": k, "config": c} for k, c in configs.items()]
-    return {r["run_id"]: config_label(r["config"], fields) for r, fields in _apart(runs)}
-
-
-def _apart(runs: list[dict]) -> list[tuple[dict, tuple]]:
-    """(run, the fields its label names) for each of ``runs``: see `run_labels`."""
-    def differ(group: list[dict], fields) -> tuple:
-        return tuple(f for f in fields if len({json.dumps(r["config"].get(f)) for r in group}) > 1)
-
-    data = differ(runs, ("dataset", "backbone"))
-    groups: dict = {}
-    for r in runs:
-        groups.setdefault((r["config"]["strategy"], str(r["config"]["epsilon"])), []).append(r)
-    return [(r, data + differ(g, [f for f in LABEL_FIELDS if f not in data])) for g in groups.values() for r in g]
-
-
-def _text(c: dict) -> bool:
-    """Whether the config's dataset is text, the only kind that reads ``max_length`` (a dataset no module
-    registers counts as text: its label then says all it may read)."""
-    from dpviz import catalog
-
-    d = catalog.DATASETS.get(c.get("dataset", ""))
-    return d is None or d.modality == "text"
-
-
-def _value(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _own_fields(strategy: str | None = None) -> set[str]:
-    """The fields only some strategies read (their own and their learning rates): ``strategy``'s, or every
-    registered strategy's. A strategy no module registers (a plugin not loaded) reads all of them."""
-    from dpviz import strategies
-
-    every = {f for n in strategies.names() for f in strategies.get(n).fields() + strategies.get(n).lr_fields}
-    if strategy is None or strategy not in strategies.names():
-        return every
-    return set(strategies.get(strategy).fields() + strategies.get(strategy).lr_fields)
 
 
 def shown_runs(store: Store, *, search: bool = False) -> list[dict]:
@@ -130,8 +41,8 @@ def offered(runs: list[dict]) -> list[dict]:
 
 
 def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFrame:
-    """Long table: run_id, label (`run_labels` over the runs), strategy, epsilon, seed, group, dataset, step,
-    metric, value."""
+    """Long table: run_id, label (`run_labels` over the runs), strategy, epsilon, seed, group, dataset, mechanism,
+    bands, step, metric, value."""
     frames = []
     runs = [store.get_run(rid) for rid in dict.fromkeys(run_ids)]  # a run twice would draw back to its start
     labels = run_labels(runs)
@@ -148,8 +59,11 @@ def curves(store: Store, run_ids: list[str], metrics=CURVE_METRICS) -> pd.DataFr
         df.insert(4, "seed", c["seed"])
         df.insert(5, "group", group_key(c))
         df.insert(6, "dataset", c.get("dataset"))
+        df.insert(7, "mechanism", names.mechanism_of(c))
+        df.insert(8, "bands", c.get("bands", 1))
         frames.append(df)
-    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "dataset", "step", "metric", "value"]
+    cols = ["run_id", "label", "strategy", "epsilon", "seed", "group", "dataset", "mechanism", "bands", "step",
+            "metric", "value"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
@@ -159,15 +73,18 @@ def group_key(config: dict) -> str:
 
 
 def seed_bands(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds per (group, metric, step); n = number of runs."""
-    g = df.groupby(["group", "strategy", "epsilon", "metric", "step"])["value"]
+    """Mean and std over seeds per (group, metric, step), with the group's strategy, ε and mechanism (its bands);
+    n = number of runs."""
+    keys = ["group", "strategy", "epsilon", *[k for k in ("mechanism", "bands") if k in df]]
+    g = df.groupby([*keys, "metric", "step"])["value"]
     out = g.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "n"})
     out["std"] = out["std"].fillna(0.0)
     return out
 
 
 def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
-    """One row per run: config essentials, final test accuracy/loss, ε spent, wall time, status, the
+    """One row per run: config essentials (the noise mechanism as `names.mechanism` prints it: "DP-SGD",
+    "BandMF b=4"), final test accuracy/loss, ε spent, wall time, status, the
     strongest stored privacy audit of its configuration (ε_lb, threat, canaries M), if any, and where a private
     run's random draws came from (`RunConfig.randomness`)."""
     from dpviz.audit.run import best_per_config
@@ -177,8 +94,9 @@ def final_table(store: Store, run_ids: list[str]) -> pd.DataFrame:
         run = store.get_run(rid)
         c, s, a = run["config"], run["summary"] or {}, audits.get(run["config_hash"], {})
         rows.append({
-            "run_id": rid, "kind": run.get("kind", "user"), "status": run["status"], "strategy": c["strategy"], "dataset": c["dataset"],
-            "backbone": c["backbone"], "epsilon": c["epsilon"], "delta": c["delta"],
+            "run_id": rid, "kind": run.get("kind", "user"), "status": run["status"], "strategy": c["strategy"],
+            "mechanism": names.mechanism(c), "dataset": c["dataset"], "backbone": c["backbone"],
+            "epsilon": c["epsilon"], "delta": c["delta"],
             "lp_fraction": c["lp_fraction"], "seed": c["seed"], "epochs": c["epochs"],
             "test_accuracy": s.get("test_accuracy"), "test_loss": s.get("test_loss"),
             "epsilon_spent": s.get("private_search", {}).get("epsilon_spent", s.get("epsilon_spent")),
@@ -209,25 +127,6 @@ def runs_of(store: Store, strategy: str, *, finished_only: bool = False) -> list
     own newest first), only finished ones when ``finished_only``."""
     return [r for r in offered(shown_runs(store))
             if r["config"]["strategy"] == strategy and (r["status"] == "finished" or not finished_only)]
-
-
-def caption(configs: list[dict]) -> str:
-    """The runs behind a figure, for exported images: a line per configuration (its seeds together), every
-    one named — a figure's best run is never left out behind a "+N"."""
-    seeds: dict = {}
-    for c in configs:
-        eps = "∞ (no DP)" if str(c["epsilon"]) == "inf" or not math.isfinite(float(c["epsilon"])) \
-            else f"{float(c['epsilon']):g}"
-        s = f"{c['strategy']}" + (f" (p={c['lp_fraction']:g})" if c["strategy"] == "lp-fft" else "")
-        key = f"{s}, ε={eps}, δ={float(c['delta']):.0e}, {c['dataset']}/{c['backbone']}"
-        seeds.setdefault(key, [])
-        if c.get("seed") is not None and c["seed"] not in seeds[key]:
-            seeds[key].append(c["seed"])
-    lines = [k + (f", seed{'s' if len(v) > 1 else ''} {', '.join(str(x) for x in sorted(v))}" if v else "")
-             for k, v in seeds.items()]
-    if not lines:
-        return "dpviz"
-    return "dpviz: the runs behind this figure, one line per configuration:\n" + "\n".join(f"• {x}" for x in lines)
 
 
 def matching_run(store: Store, run: dict, *, finished_only: bool = True, **changes) -> dict | None:
@@ -281,13 +180,23 @@ def budget_reading(rows: pd.DataFrame) -> str:
     return f"best LP share per ε — {text}. {verdict}"
 
 
+READ_APART = ("strategy", "mechanism", "dataset", "backbone", "epsilon", "delta", "lp_fraction", "epochs", "seed")
+"""The `final_table` columns a reading names where its runs differ in them."""
+
+
 def best_run_reading(table: pd.DataFrame) -> str | None:
-    """The best final test accuracy among runs of a `final_table`, or None before any has one."""
+    """The best final test accuracy among runs of a `final_table`, or None before any has one: the run by its
+    strategy, ε and mechanism (DP-SGD named where the runs' mechanisms differ), and what the runs compared differ
+    in, so that a reading never passes runs of two mechanisms, or two datasets, for like with like."""
     done = table.dropna(subset=["test_accuracy"]).sort_values("test_accuracy", ascending=False)
     if not len(done):
         return None
     b = done.iloc[0]
     spent = "no DP" if b["epsilon_spent"] is None or b["epsilon_spent"] != b["epsilon_spent"] \
         else f"ε spent {b['epsilon_spent']:.3f}"
-    return (f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} "
-            f"at ε = {b['epsilon']} ({spent}).")
+    differ = [c for c in READ_APART if c in done and done[c].astype(str).nunique() > 1]
+    under = f" under {b['mechanism']}" if "mechanism" in b and (b["mechanism"] != "DP-SGD" or "mechanism" in differ) \
+        else ""
+    eps = f"{b['epsilon']:g}" if isinstance(b["epsilon"], (int, float)) else b["epsilon"]
+    text = f"the best final test accuracy here is {b['test_accuracy']:.3f}, by {b['strategy']} at ε = {eps}{under} ({spent})."
+    return text + (f" The runs compared differ in {', '.join(differ)}." if differ else "")

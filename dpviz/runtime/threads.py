@@ -47,7 +47,10 @@ class DaemonPool:
     stop never waits minutes for a run still loading its backbone: `JobManager.interrupt` stores its runs as
     interrupted first (ThreadPoolExecutor's threads are joined at exit, whatever they are doing)."""
 
-    def __init__(self, workers: int, name: str):
+    def __init__(self, workers: int, name: str, nice: int = 0):
+        """``nice``: the threads' scheduling priority on Linux (19: the lowest), so background work yields
+        the cores to training in the same process; 0 leaves it as the process's."""
+        self.nice = nice
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self.busy = 0  # items running now
@@ -63,6 +66,11 @@ class DaemonPool:
         return future
 
     def _loop(self) -> None:
+        if self.nice and hasattr(os, "setpriority"):
+            try:  # Linux schedules threads one by one: this thread (and the OpenMP threads it starts) only
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            except OSError:
+                pass
         while (item := self._queue.get()) is not None:
             future, fn, args, kwargs = item
             if future.set_running_or_notify_cancel():  # False: cancelled while queued

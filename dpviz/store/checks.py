@@ -1,7 +1,8 @@
 """What the store checks as it opens and reads, each finding one line saying what to do.
 
 A link where the database belongs, a database emptied or lost while run folders remain, a folder
-that cannot be written (read-only or immutable: not "damaged"), and rows whose JSON is garbled.
+that cannot be written (read-only or immutable: not "damaged"), rows whose JSON is garbled, and a summary
+that is not the one its run stored (its recorded hash differs).
 `dpviz.store.Store` calls these; none of them changes the store. `no_new_store_on_error` is the
 command line's: a command that fails on bad input leaves no store folder that was not there before.
 """
@@ -9,6 +10,7 @@ command line's: a command that fails on bad input leaves no store folder that wa
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -107,9 +109,39 @@ def damaged_database(db: Path, e: sqlite3.DatabaseError) -> StoreError:
                       "away (its runs are then no longer listed) or use another --cache-dir")
 
 
+class EditedSummary(StoreError):
+    """A run's summary that is not the one its run stored (`decode_row`): it answers no request, since what it
+    says (ε spent, accuracy) cannot be trusted, and nothing is trained in its place unasked."""
+
+
+def summary_sha(run_id: str, text: str | None) -> str | None:
+    """The SHA-256 recorded beside a run's summary JSON, bound to its run id (a summary copied from another row
+    does not match either); None for no summary."""
+    return None if text is None else hashlib.sha256(f"{run_id}\n{text}".encode()).hexdigest()
+
+
+def check_summary(d: dict, text: str | None, sha: str | None, db: Path) -> None:
+    """Check the summary JSON ``text`` of the row ``d`` against its recorded hash ``sha`` (a summary is hashed as
+    a step file is, `dpviz.store.runfiles`) and say how in ``d["summary_hash"]``: "checked", or "unhashed" for
+    a summary stored before summaries were hashed (read as it is: nothing can tell an edit there). An edited one
+    raises."""
+    if text is None:
+        d["summary_hash"] = None
+    elif sha is None:
+        d["summary_hash"] = "unhashed"
+    elif sha != summary_sha(d["run_id"], text):
+        raise EditedSummary(f"run {d['run_id']}: its summary in {db} is not the one the run stored (its hash "
+                            "differs: edited or damaged, so its ε and accuracy cannot be trusted); restore "
+                            f"{db.name} from a backup, or delete the run (`python -m dpviz delete {d['run_id']}`)")
+    else:
+        d["summary_hash"] = "checked"
+
+
 def decode_row(row: sqlite3.Row, db: Path) -> dict:
-    """A runs row as a dict with its JSON columns parsed; a garbled one raises a `StoreError`."""
+    """A runs row as a dict with its JSON columns parsed and its summary checked against its hash; a garbled or
+    edited one raises a `StoreError`."""
     d = dict(row)
+    sha, summary_text = d.pop("summary_sha", None), d.get("summary_json")
     for col, key, required in (("config_json", "config", True), ("summary_json", "summary", False)):
         text = d.pop(col)
         try:
@@ -119,6 +151,7 @@ def decode_row(row: sqlite3.Row, db: Path) -> dict:
         if not (isinstance(value, dict) or value is None and not required):
             raise damaged_row(d["run_id"], col, db, f"a {type(value).__name__}, not an object")
         d[key] = value
+    check_summary(d, summary_text, sha, db)
     legacy_parts(d["config"])
     if d.get("summary") and isinstance(d["summary"].get("config"), dict):
         legacy_parts(d["summary"]["config"])

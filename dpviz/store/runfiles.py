@@ -135,6 +135,10 @@ class RunFiles(SharedTensors):
         path = self._file(run_id, "resume.pt")
         return artifacts.read_pt(path, "resume") if os.path.lexists(path) else None
 
+    def has_resume(self, run_id: str) -> bool:
+        """Whether the run has a snapshot to go on from (without reading it)."""
+        return os.path.lexists(self._file(run_id, "resume.pt"))
+
     def drop_resume(self, run_id: str) -> None:
         """A finished run needs no resume point (a MiniLM one holds the whole model: 90 MB)."""
         self._file(run_id, "resume.pt").unlink(missing_ok=True)

@@ -19,7 +19,8 @@ write at once; WAL plus a busy timeout turns contention into waiting, not
 
 The store may be a shared folder others can write: dpviz creates its files there through
 `dpviz.store.safefile` (never through a planted link), and `dpviz.store.checks` turns links, an emptied
-database, a read-only folder or garbled rows into one line saying what to do.
+database, a read-only folder, garbled rows or a summary edited since its run stored it (each summary is
+stored with its SHA-256, as a run's step files are) into one line saying what to do.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,15 +40,26 @@ from dpviz.store import artifacts
 from dpviz.store import checks
 from dpviz.errors import Cancelled, ConfigError, StoreError
 from dpviz.store.runfiles import RunFiles
-from dpviz.store.safefile import locked
+from dpviz.store.safefile import link_refused, locked
 from dpviz.store.owners import owner_alive, process_token
-from dpviz.store.checks import damaged_database, decode_row, json_or_none
+from dpviz.store.checks import EditedSummary, damaged_database, decode_row, json_or_none, summary_sha
 from dpviz.store.home import default_cache_dir
 from dpviz.store.schema import SCHEMA, SHOWN, check_kind, migrate
 
 
 LIVE, FINAL = ("queued", "running"), ("finished", "failed", "cancelled", "interrupted")
 DIED = "the process running it ended before it finished"
+
+
+def _real_folder(path: Path) -> None:
+    """Refuse ``path`` where it is a link or not a folder (missing is fine: it is made when first written)."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise link_refused(path, "reads and writes")
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"store: {path} is not a folder: move it away")
+
 
 class Store(RunFiles):
     """Runs, their metrics and events, and their artifact folders."""
@@ -113,20 +126,15 @@ class Store(RunFiles):
         return run_id
 
     def check_folders(self) -> None:
-        """Refuse a store whose own folders (``runs``, ``tensors``…) are links or not folders, before a run
-        trains: its first save would refuse them anyway, after the training it wasted."""
-        import stat
-
+        """Refuse a store whose own folders (``runs``, ``tensors`` and its ``tensors/<xx>`` shards…) are links or
+        not folders, before a run trains: its first save would refuse them anyway, after the training it wasted."""
         from dpviz.store.artifacts import STORE_FOLDERS
-        from dpviz.store.safefile import link_refused
 
         for name in STORE_FOLDERS:
-            with contextlib.suppress(FileNotFoundError):
-                mode = os.lstat(self.root / name).st_mode
-                if stat.S_ISLNK(mode):
-                    raise link_refused(self.root / name, "reads and writes")
-                if not stat.S_ISDIR(mode):
-                    raise StoreError(f"store: {self.root / name} is not a folder: move it away")
+            _real_folder(self.root / name)
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for shard in os.scandir(self.root / "tensors"):  # tensors/<xx>: a run's first save writes there
+                _real_folder(Path(shard.path))
 
     @staticmethod
     def _insert_run(c, config_hash: str, config_json: str, total_steps: int | None, kind: str) -> str:
@@ -226,6 +234,23 @@ class Store(RunFiles):
             if cancel is None:
                 time.sleep(poll)
 
+    def interrupt_stopped(self, run_id: str, error: str) -> bool:
+        """Store ``run_id`` interrupted where it stopped unfinished here: cancelled, or live in this process or in
+        one that is gone; whether it did. A run another living process trains is left as it is: a request that
+        waited for it may already be going on with it (`Store.start_run`'s ``reopen``)."""
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute("SELECT status, owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            ours = row is not None and (row["status"] == "cancelled" or row["status"] in LIVE and (
+                row["owner"] == process_token() or not owner_alive(row["owner"])))
+            if ours:
+                c.execute("UPDATE runs SET status='interrupted', finished=?, error=? WHERE run_id=?",
+                          (time.time(), error, run_id))
+            c.execute("COMMIT")
+        if ours:
+            self.event(run_id, "interrupted", error)
+        return ours
+
     def claim(self, run_id: str, kind: str, *, current: str | None = None) -> None:
         """Relabel a stored ``search`` run as ``kind`` (a user's or a study's request answered by it from the
         cache): it is theirs from now on, listed and offered like the runs they launched. Other kinds stay.
@@ -236,8 +261,12 @@ class Store(RunFiles):
             self._tx("UPDATE runs SET kind=? WHERE run_id=? AND kind='search'", (kind, run_id))
 
     def update_run(self, run_id: str, **fields) -> None:
+        """Set a run's columns; a summary (``summary``, or its JSON as ``summary_json``) is stored with its hash,
+        which every read checks (`checks.decode_row`)."""
         if "summary" in fields:
             fields["summary_json"] = json.dumps(fields.pop("summary"))
+        if "summary_json" in fields:
+            fields["summary_sha"] = summary_sha(run_id, fields["summary_json"])
         cols = ", ".join(f"{k}=?" for k in fields)
         self._tx(f"UPDATE runs SET {cols} WHERE run_id=?", (*fields.values(), run_id))
 
@@ -267,13 +296,16 @@ class Store(RunFiles):
                                    SHOWN).fetchone())
 
     def find_finished(self, config_hash: str) -> dict | None:
-        """The newest finished run of ``config_hash``; garbled rows are passed over (they answer nothing)."""
+        """The newest finished run of ``config_hash``; garbled rows are passed over (they answer nothing). A row whose
+        summary was edited is one `StoreError` saying what to do (`checks.EditedSummary`)."""
         with self._conn() as c:
             rows = c.execute("SELECT * FROM runs WHERE config_hash=? AND status='finished' "
                              "ORDER BY finished DESC", (config_hash,)).fetchall()
         for row in rows:
             try:
                 return decode_row(row, self.db)
+            except EditedSummary:  # it answers nothing, and training again in its place would spend ε again
+                raise
             except StoreError:
                 continue
         return None

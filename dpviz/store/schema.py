@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, config_hash TEXT NOT NULL, config_json TEXT NOT NULL,
   status TEXT NOT NULL, created REAL, started REAL, finished REAL, owner TEXT,
   step INTEGER DEFAULT 0, total_steps INTEGER, summary_json TEXT, error TEXT,
-  kind TEXT NOT NULL DEFAULT 'user');
+  kind TEXT NOT NULL DEFAULT 'user', summary_sha TEXT);
 CREATE INDEX IF NOT EXISTS runs_hash ON runs(config_hash, status);
 CREATE TABLE IF NOT EXISTS metrics (
   run_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL,
@@ -49,7 +49,8 @@ def check_kind(kind: str) -> None:
 def migrate(c: sqlite3.Connection) -> None:
     """Add the columns later schemas introduced to a store created before them: old analyses keep NULL;
     old runs get kind "user", except the trials of "auto" searches, told by the evaluation schedule only
-    `dpviz.autotune.search_base` gives (eval_every = 10⁶ at seed 0: evaluated at the end only)."""
+    `dpviz.autotune.search_base` gives (eval_every = 10⁶ at seed 0: evaluated at the end only); old summaries
+    get no hash (``summary_sha`` NULL: read as "unhashed", `checks.decode_row`)."""
     if "kind" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}:
         c.execute("BEGIN IMMEDIATE")
         c.execute("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'user'")
@@ -57,6 +58,8 @@ def migrate(c: sqlite3.Connection) -> None:
                   "AND json_extract(config_json, '$.eval_every') = 1000000 "
                   "AND json_extract(config_json, '$.seed') = 0")
         c.execute("COMMIT")
+    if "summary_sha" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}:
+        c.execute("ALTER TABLE runs ADD COLUMN summary_sha TEXT")
     have = {r[1] for r in c.execute("PRAGMA table_info(analyses)")}
     for col, typ in (("kind", "TEXT"), ("schema_version", "INTEGER")):
         if col not in have:

@@ -49,10 +49,33 @@ def check_points(base: RunConfig, points) -> None:
         RunConfig.from_dict({**base.to_dict(), **p})
 
 
+def preview_points(base: RunConfig, points) -> None:
+    """Every point as a run of ``base`` checked as a run would check it before training (`calibration.preview`:
+    the data's δ ≤ 1/n, BandMF's b·q ≤ 1, a σ that reaches the point's ε…), in order: a `ConfigError` naming the
+    first field a point cannot take, before any point trains (one point's budget is spent once it trains, so a
+    grid that fails half-way has spent part of itself for no table). Points that differ in seeds and learning
+    rates alone are one check: those set neither the schedule nor σ."""
+    from dpviz.training import calibration
+
+    for cfg in distinct_schedules(RunConfig.from_dict({**base.to_dict(), **p}) for p in points):
+        calibration.preview(cfg)
+
+
+def distinct_schedules(configs) -> list[RunConfig]:
+    """``configs`` less those whose schedule and σ an earlier one has already (the same but for seed and rates)."""
+    seen: dict[str, RunConfig] = {}
+    for cfg in configs:
+        key = {k: v for k, v in cfg.to_dict().items() if k not in ("seed", "lr_lp", "lr_ft")}
+        seen.setdefault(json.dumps(key, sort_keys=True, default=str), cfg)
+    return list(seen.values())
+
+
 def create_grid_sweep(kind: str, base: RunConfig, points: list[dict], *, storage_url=None,
                       cache_dir=None) -> optuna.Study:
     """Create (or reopen) a study over explicit ``points`` (dicts of the fields that vary) and enqueue
-    every point neither finished nor in flight; workers pop them atomically from the storage."""
+    every point neither finished nor in flight; workers pop them atomically from the storage. The whole grid is
+    checked first (`preview_points`): a point no run could take is refused before anything is written."""
+    preview_points(base, points)
     space = {k: sorted({p[k] for p in points}, key=str) for k in sorted({k for p in points for k in p})}
     name = study_name(kind, base, {"points": points})
     st = storage(storage_url, cache_dir)

@@ -30,9 +30,12 @@ threads and processes): a twin search launched at the same time waits and is ans
 entry, and each trial claims its configuration as every run does (`Store.start_run`). A search killed mid-way,
 launched again, resumes: K, the trials' rates and seeds and the score noise come from generators seeded
 by the search alone, so it draws the same trials in the same order; the trials that finished answer from
-the store, the one cut short goes on from its last checkpoint (`dpviz.training.resume`), and the scores
-are the same numbers. Nothing was released before the end, and every trial is the same mechanism it would
-have been in one go, so the search's total ε is still the theorem's: a resumed search is the same search.
+the store, the one cut short goes on from its last checkpoint (`dpviz.training.resume`: a trial keeps the
+automatic checkpoints a user's run keeps, each with a snapshot; one cut short before its first trains again
+from step 0 as the same run, its seed drawing the same steps), and the scores are the same numbers. A
+trial cut short that could not go on (secure randomness) is deleted as the search ends, with the losers.
+Nothing was released before the end, and every trial is the same mechanism it would have been in one go,
+so the search's total ε is still the theorem's: a resumed search is the same search.
 """
 
 from __future__ import annotations
@@ -233,10 +236,11 @@ def run_search(s: PrivateSearch, *, run, store, progress=None, cancel=None) -> d
     done = store.get_search(key)
     if done is not None and done.get("status") == "finished":
         return {**done, "cached": True}
+    p = plan(s)  # a search it refuses (no σ reaches its total ε) is refused before anything is written
     # One search of a key at a time, across threads and processes: a twin waits, then reads the release (a twin
     # running beside it could otherwise claim a losing trial just as the first one deleted it, and train it again).
     with locked(real_folder(store.root, "searches") / f"{key}.lock"):
-        return _search(s, key, run=run, store=store, progress=progress, cancel=cancel)
+        return _search(s, key, p, run=run, store=store, progress=progress, cancel=cancel)
 
 
 def released_summary(summary: dict) -> dict:
@@ -260,14 +264,13 @@ def _release(store, key: str, entry: dict, summary: dict | None = None) -> dict:
     return entry
 
 
-def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict:
-    """`run_search` under the search's lock."""
+def _search(s: PrivateSearch, key: str, p: Plan, *, run, store, progress, cancel) -> dict:
+    """`run_search` under the search's lock, with its plan ``p``."""
     done = store.get_search(key)
     if done is not None and done.get("status") == "finished":
         return {**done, "cached": True}
     if done is not None and done.get("status") == "releasing":  # killed while releasing: finish the release
         return {**_release(store, key, done), "cached": True}
-    p = plan(s)
     k = draw_count(s)
     entry = _entry(s, p, k)
     store.put_search(key, None, {**entry, "status": "running"})
@@ -280,8 +283,9 @@ def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict
         if progress is not None:
             progress(i, k)
         started: list[str] = []  # the trial's run id, to delete should it be cancelled half-way
-        try:
+        try:  # its checkpoints keep snapshots: a trial cut short goes on from the last one, trained once
             summary = run(cfg, store=store, kind="search", cancel=cancel, on_start=started.append,
+                          auto_checkpoints=True,
                           progress=None if progress is None else (lambda st, tot, _m, i=i: progress(i, k, st, tot)))
         except Cancelled:
             _cancelled(store, key, entry, trials, started[0] if started else None)
@@ -306,6 +310,7 @@ def _search(s: PrivateSearch, key: str, *, run, store, progress, cancel) -> dict
     for scored in trials:  # after the entry is written: a twin search that looks now finds the release
         if scored[1]["run_id"] != summary["run_id"]:
             _forget(store, scored)
+    _forget_stopped(store, trial_configs(s, p, k))
     return {**entry, "cached": False}
 
 
@@ -338,6 +343,17 @@ def _forget(store, scored) -> None:
             store.delete_run(scored[1]["run_id"])
     except StoreError:
         pass
+
+
+def _forget_stopped(store, configs) -> None:
+    """Delete the search's hidden trials that stopped unfinished (a trial cut short that trained again as a new
+    run, where its draws could not be taken again: `dpviz.training.resume.replays`): released nowhere, they
+    would stay in the store for good."""
+    hashes = {cfg.hash() for cfg in configs}
+    for r in store.list_runs(kind="search"):
+        if r["config_hash"] in hashes and r["status"] in ("interrupted", "cancelled", "failed"):
+            with contextlib.suppress(StoreError):
+                store.delete_run(r["run_id"])
 
 
 def _entry(s: PrivateSearch, p: Plan, k: int) -> dict:

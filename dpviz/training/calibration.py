@@ -92,6 +92,26 @@ def bands(cfg: RunConfig, q: float) -> int:
     return cfg.bands
 
 
+def check(cfg: RunConfig) -> None:
+    """What a run refuses before its σ is calibrated, read from the catalogue alone (no torch, no accountant
+    called): δ against n, the schedule's steps, BandMF's b·q and an accountant's floor. A command checks this
+    before its first line, so bad input stays one line; a dataset known only by loading it (a folder of the
+    user's) is checked when the run loads it."""
+    static = static_shape(cfg)
+    if static is None:
+        return
+    shape, blocks = static
+    check_delta(cfg, shape.n)
+    _, q = schedule(cfg, shape.n, blocks)
+    bands(cfg, q)
+    if cfg.private:
+        try:
+            accounting.check_floor(target_epsilon=cfg.epsilon, delta=cfg.delta,
+                                   acc=accounting.registry.get(accounting.bound_by(cfg.accountant)), rel_tol=0.005)
+        except ValueError as e:
+            raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
+
+
 def task_shape(cfg: RunConfig) -> tuple[Shape, int]:
     """(dataset shape, block count): from `dpviz.catalog` where fixed, else by loading data and backbone."""
     return static_shape(cfg) or loaded_shape(cfg)
@@ -121,3 +141,18 @@ def preview(cfg: RunConfig) -> dict:
     return {"noise_multiplier": phases[0].noise_multiplier, "sample_rate": q, "n_train": shape.n,
             "total_steps": sum(p.steps for p in phases), "num_blocks": blocks,
             "phases": [p.to_dict() for p in phases]}
+
+
+def bands_trade(cfg: RunConfig, prev: dict, plain: dict) -> dict:
+    """What BandMF's bands cost and buy at ``cfg``'s budget, from its preview ``prev`` and the preview ``plain``
+    of the same config under DP-SGD: σ against DP-SGD's σ (the cost: each record is sampled at b·q, so fewer
+    releases share the budget), and κ, the variance of the noise that reaches the weights over the last
+    phase relative to DP-SGD's at the same σ (`bandmf.noise_factor`, the buy). σ·√κ against DP-SGD's σ is the
+    net: the standard deviation of the weights' noise under each mechanism at this budget."""
+    from dpviz.privacy import bandmf
+
+    last = prev["phases"][-1]
+    kappa = bandmf.noise_factor(cfg.bands, last["steps"], momentum=bandmf.momentum(cfg.mechanism))
+    sigma, base = (p["phases"][-1].get("noise_multiplier", p["noise_multiplier"]) for p in (prev, plain))
+    return {"sigma": sigma, "sigma_dp_sgd": base, "kappa": kappa, "sigma_weights": sigma * kappa ** 0.5,
+            "phase": last["name"], "steps": last["steps"]}

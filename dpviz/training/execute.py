@@ -35,7 +35,7 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         cancel: threading.Event | None = None, on_start: Callable[[str], None] | None = None,
         on_checkpoint: Callable[[str, int], None] | None = None, ahead=None, kind: str = "user",
         resume: bool | str = resuming.TAKE_OVER, on_wait: Callable[[str], None] | None = None,
-        on_resume: Callable[[str, int], None] | None = None) -> dict:
+        on_resume: Callable[[str, int], None] | None = None, auto_checkpoints: bool | None = None) -> dict:
     """The stored summary of ``cfg`` (``cached``: True), or train it, store it and return its summary.
 
     Args:
@@ -47,8 +47,10 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
         resume: as `dpviz.runner.run`.
         kind: who asks (`dpviz.store.KINDS`): "user", "trial" (a user's study) or "search" (an "auto"
             proxy search). The cache answers by config hash whatever the stored run's kind; a stored
-            search run that answers a user or a study becomes theirs (`Store.claim`). A search run keeps
-            start-and-end checkpoints only where ``checkpoint_every`` is automatic (0): nobody looks at them.
+            search run that answers a user or a study becomes theirs (`Store.claim`).
+        auto_checkpoints: whether ``checkpoint_every`` = 0 gives the automatic checkpoints (each with a snapshot
+            to go on from) or the start and the end only; None: as ``kind`` says, the start and the end only for
+            a search run (nobody looks at a proxy search's trials, and one cut short is cheap to train again).
 
     Raises:
         ConfigError: bad input; nothing is stored then.
@@ -66,7 +68,8 @@ def run(cfg: RunConfig, *, store, force: bool = False, extra: dict | None = None
     if answer:  # another request trained it meanwhile: its stored run answers this one
         return answer
     return _train_stored(prep, store, run_id, state, extra, progress=progress, cancel=cancel, on_start=on_start,
-                         on_checkpoint=on_checkpoint, auto_checkpoints=kind != "search")
+                         on_checkpoint=on_checkpoint,
+                         auto_checkpoints=kind != "search" if auto_checkpoints is None else auto_checkpoints)
 
 
 def _answer(store, hit: dict, kind: str, extra: dict | None, on_start=None, **more) -> dict:
@@ -111,7 +114,9 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
 
     ``resume``: True: go on with a stopped run of ``cfg`` from its last checkpoint where there is one (its
     snapshot); two resumes at once resume it once, the second waits. `resume.TAKE_OVER`: only an interrupted
-    one (a run whose process stopped, also one this request waited for). False: a new run from step 0.
+    one (a run whose process stopped), and the run this request waited for however it stopped. An interrupted
+    run (or the one waited for) with no snapshot yet trains again from step 0 as the same run where its seed
+    draws the same steps (`resume.replays`). False: a new run from step 0.
     ``force``: a new run, whatever is stored or live. ``on_resume(run id, step)`` is called when a stopped run
     goes on.
 
@@ -121,15 +126,15 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
     waited = None
     while True:
         statuses = resuming.STOPPED if resume is True else (resuming.TAKE_OVER,)
-        found = _stopped(store, cfg, statuses, prep) if resume and not force else None
-        reopen = (found[0], found[1]["step"]) if found else None
+        found = _stopped(store, cfg, statuses, prep, waited) if resume and not force else None
+        reopen = (found[0], found[1]["step"] if found[1] else 0) if found else None
         run_id, other = store.start_run(cfg.hash(), cfg.to_json(), prep.total_steps, kind=kind, reopen=reopen,
                                         force=force)
         if run_id:
             store.update_run(run_id, started=time.time())
             going_on = found is not None and found[0] == run_id
             if going_on and on_resume is not None:
-                on_resume(run_id, found[1]["step"])
+                on_resume(run_id, reopen[1])
             return run_id, found[1] if going_on else None, None
         if (hit := store.find_finished(cfg.hash())) is not None:
             return None, None, _answer(store, hit, kind, extra, on_start, **({"waited_for": waited} if waited else {}))
@@ -139,12 +144,14 @@ def _claim(store, cfg: RunConfig, prep, kind: str, resume, force: bool, extra: d
         store.wait_run(other, cancel=cancel)
 
 
-def _stopped(store, cfg: RunConfig, statuses, prep):
-    """`resume.stopped` for ``cfg``; its refusal stands unless a run of ``cfg`` is live (one started with --fresh
-    on the changed data, say) or finished while this request waited for it: `Store.start_run` then has this
-    request wait for that run, or answers it with that run."""
+def _stopped(store, cfg: RunConfig, statuses, prep, waited: str | None = None):
+    """`resume.stopped` for ``cfg``: also the run this request ``waited`` for, however it stopped, and a stopped
+    run with no snapshot from step 0 where ``cfg`` `resume.replays` its steps (None where it has none to go on
+    from). Its refusal stands unless a run of ``cfg`` is live (one started with --fresh on the changed data, say)
+    or finished while this request waited for it: `Store.start_run` then has this request wait for that run, or
+    answers it with that run."""
     try:
-        return resuming.stopped(store, cfg.hash(), statuses, prep)
+        return resuming.stopped(store, cfg.hash(), statuses, prep, waited_for=waited, restart=resuming.replays(cfg))
     except ConfigError:
         if store.live_runs(cfg.hash()) or store.find_finished(cfg.hash()):
             return None

@@ -87,10 +87,12 @@ class Loop:
         seeds = randomness.seeds(randomness=self.cfg.randomness, seed=self.cfg.seed, world=self.world)
         self.gen_sample = torch.Generator().manual_seed(seeds["sampling"])
         self.gen_noise = torch.Generator(device=self.dev).manual_seed(seeds["noise"])
-        self.step, self.last = 0, {}
+        # "plan": every phase's (name, steps), so a progress reader prices the phases ahead (`dpviz.jobs.eta`)
+        self.step, self.last = 0, {"plan": [(p.name, p.steps) for p in prep.plans]}
         self.when = checkpoint_steps(self.cfg.checkpoint_every, prep.total_steps, auto_checkpoints)
         self.private_steps = 0  # steps that touched private data: the ε curve is indexed by these
         self._t: float | None = None  # end of the previous step's bookkeeping (None: phase start)
+        self.first_step_done: float | None = None  # when the current phase's first step ended (`phase_timing`)
         self.overflows = 0  # fp16: examples with an overflow, set to 0 in their clipped contribution
         self.at: tuple | None = None  # (phase index, next step in it, its optimizer): where a resume goes on
         self._weights_base: tuple[int, dict] | None = None  # the first checkpoint's weights, kept in full
@@ -349,6 +351,8 @@ class Loop:
         if self.progress:
             self.progress(self.step, self.prep.total_steps, dict(self.last))
         self._t = time.perf_counter()
+        if self.first_step_done is None:
+            self.first_step_done = self._t
 
 
 def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = None,
@@ -379,25 +383,38 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         resume.restore(loop, state)
         loop._weights_base = resume.weights_base(store, run_id) if store is not None else None
     phases = iter(prep.phases)  # the accountant's phases: the private plans, in order
+    timing = []  # each phase's wall time here, evaluations included: how a later run's time left is priced
     for i, plan in enumerate(prep.plans):
         phase = None if plan.public else next(phases)
         if state is not None and i < state["phase"]:
             continue
         here = state if state is not None and i == state["phase"] else None
         loop.event("phase", f"{plan.name}: {plan.steps} steps" + (f", from step {here['k']}" if here else ""))
+        began, first, loop.first_step_done = time.perf_counter(), loop.step, None
         loop.run_phase(plan, phase, i, here["k"] if here else 0, here)
+        timing.append(phase_timing(plan.name, loop.step - first, began, loop.first_step_done))
     if not _due(loop.when, loop.step):
         loop.checkpoint()
     if store is not None and prep.cfg.keep_weights != "none":
         store.save_model(run_id, loop.strategy.state_dict(loop.model), prep.cfg.to_dict())  # it takes them to the CPU
-    extra = {**loop.strategy.summary(loop), **holdout_count(loop)}
+    extra = {**loop.strategy.summary(loop), **holdout_count(loop), "phase_timing": timing}
     if loop.cfg.precision == "fp16":  # examples whose overflowed entries were set to 0 (`privacy.precision`)
         extra = {**extra, "fp16_overflows": loop.overflows}
     if prep.bundle.skipped:  # an image folder's entries that are no images: left out, and said so
         extra = {**extra, "skipped_files": prep.bundle.skipped}
     if loop.check is not None:
         extra = {**extra, "privacy_check": privacy_check(loop)}
+    if loop._t is not None:  # from the last step to here: what a time left adds after the last step
+        timing.append({"name": "wrap-up", "steps": 0, "seconds": round(time.perf_counter() - loop._t, 3)})
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)
+
+
+def phase_timing(name: str, steps: int, began: float, first_done: float | None) -> dict:
+    """A phase's wall time as trained here: ``start_s`` up to the end of its first step (a feature pass, the
+    privacy check's replays), then ``seconds`` for its other ``steps`` − 1, evaluations and checkpoints included."""
+    first_done = first_done if first_done is not None else time.perf_counter()
+    return {"name": name, "steps": steps, "start_s": round(first_done - began, 3),
+            "seconds": round(time.perf_counter() - first_done, 3)}
 
 
 def privacy_check(loop: Loop) -> dict:

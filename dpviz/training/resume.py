@@ -135,16 +135,25 @@ asked (``resume=True``, ``--resume``); ``resume=False`` (``--fresh``) starts ove
 STOPPED = ("interrupted", "cancelled", "failed")
 
 
-def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED, prep=None):
+def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED, prep=None, *, waited_for: str | None = None,
+            restart: bool = False):
     """(run id, snapshot) of the newest stopped run of ``config_hash`` (in one of ``statuses``) that can go on,
     or None. With ``prep`` (the run about to train), a snapshot goes on only where its `fingerprint` still
-    holds; where none does, the newest one's `mismatch` is raised, before anything is stored or changed."""
+    holds; where none does, the newest one's `mismatch` is raised, before anything is stored or changed.
+
+    ``waited_for``: the run the caller waited for (`dpviz.training.execute`): it goes on however it stopped
+    (interrupted, cancelled by its own requester, failed), since the caller asked for its result and a second run
+    would spend the budget again. ``restart``: where no snapshot goes on, the newest interrupted run (or the
+    one waited for) without any comes back as (run id, None), to train again from step 0 as the same run rather
+    than leave it stopped beside a new one; only for a configuration that `replays` its steps."""
     runs = [r for r in store.list_runs(kind=None) if r["config_hash"] == config_hash
-            and r["status"] in statuses]
-    refused = None
+            and (r["status"] in statuses or r["run_id"] == waited_for and r["status"] in STOPPED)]
+    refused, bare = None, None
     for r in sorted(runs, key=lambda r: r.get("created") or 0, reverse=True):
         state = store.load_resume(r["run_id"])
         if state is None:
+            if restart and bare is None and (r["status"] == TAKE_OVER or r["run_id"] == waited_for):
+                bare = r["run_id"]
             continue
         why = mismatch(state, prep, r["run_id"]) if prep is not None else None
         if why is None:
@@ -152,7 +161,14 @@ def stopped(store, config_hash: str, statuses: tuple[str, ...] = STOPPED, prep=N
         refused = refused or why  # an older run may still fit: the data restored to what it trained on
     if refused is not None:
         raise refused
-    return None
+    return (bare, None) if bare else None
+
+
+def replays(cfg) -> bool:
+    """Whether training ``cfg`` again from step 0 takes the very steps a stopped run of it took: its sampling
+    and noise come from its seed (or it adds none), so going on from step 0 releases nothing new and the run
+    stays one run of one ε. Under secure randomness the draws cannot be taken again."""
+    return cfg.randomness == "seeded" or not cfg.private
 
 
 def weights_base(store, run_id: str):
