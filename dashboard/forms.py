@@ -398,10 +398,8 @@ def render_preview(cfg: RunConfig, prev: dict) -> None:
 
 def _bands_trade(cfg: RunConfig, prev: dict) -> str:
     """One sentence: what the bands cost (σ against DP-SGD's at this budget) and what they buy (κ)."""
-    from dpviz.training import calibration
-
     plain = _preview(cfg.replace(mechanism="dp-sgd", bands=1).to_json())
-    t = calibration.bands_trade(cfg, prev, plain)
+    t = runner.bands_trade(cfg, prev, plain)
     net = "less" if t["sigma_weights"] < t["sigma_dp_sgd"] else "more"
     return (f"The bands cost σ = {t['sigma']:.2f} against DP-SGD's {t['sigma_dp_sgd']:.2f} at this budget, and buy "
             f"a weights' noise variance κ = {t['kappa']:.2f} of DP-SGD's at the same σ over the {t['phase']} phase's "

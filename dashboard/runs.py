@@ -233,9 +233,9 @@ PREPARE_POLL_S = 0.5  # how often the line of an export being prepared counts on
 def _export_pool():
     """One thread per server: every export goes through kaleido's one browser tab (`export.figure_bytes`), one
     at a time."""
-    from dpviz.runtime.threads import DaemonPool
+    from concurrent.futures import ThreadPoolExecutor
 
-    return DaemonPool(1, "dpviz-export")
+    return ThreadPoolExecutor(1, thread_name_prefix="dpviz-export")
 
 
 def export_row(make, name: str, key: str) -> None:

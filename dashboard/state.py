@@ -7,7 +7,7 @@ import time
 
 import streamlit as st
 
-from dpviz.jobs import JobManager, eta
+from dpviz.jobs import JobManager, Pace
 from dpviz.store import Store, default_cache_dir
 
 MAX_WORKERS = max(1, min(2, os.cpu_count() or 1))  # two runs at once; one alone trains on every core
@@ -102,7 +102,7 @@ def start_task(name: str, work) -> None:
         t.update(done=done, total=total, label=label)
         pace = t["pace"]
         if done and (pace is None or done < pace.marks[-1][0] or pace.phases[0][1] != total):  # the pace from the
-            t["pace"] = pace = eta.Pace(phases=[("units", total)], eval_every=1, min_window=1)  # first unit on (a
+            t["pace"] = pace = Pace(phases=[("units", total)], eval_every=1, min_window=1)  # first unit on (a
         if done:  # new phase counting from 0 again starts a new measurement)
             pace.observe(done, time.time())
 

@@ -46,6 +46,22 @@ def preview(cfg: RunConfig) -> dict:
     return calibration.preview(cfg)
 
 
+def check(cfg: RunConfig) -> bool:
+    """What a run refuses before its σ is calibrated, from the catalogue alone (`dpviz.training.calibration.check`):
+    True where all of it was checked, False for a folder of the user's data (checked as the run loads it)."""
+    from dpviz.training import calibration
+
+    return calibration.check(cfg)
+
+
+def bands_trade(cfg: RunConfig, prev: dict, plain: dict) -> dict:
+    """What BandMF's bands cost and buy at ``cfg``'s budget (`dpviz.training.calibration.bands_trade`), from its
+    `preview` and the `preview` of the same config under DP-SGD."""
+    from dpviz.training import calibration
+
+    return calibration.bands_trade(cfg, prev, plain)
+
+
 def resolved(cfg: RunConfig, store: Store, *, search_ok: bool = True, validate=None, search_progress=None,
              cancel=None, rates: str = "search") -> tuple[RunConfig, dict]:
     """``cfg`` with its "auto" rates resolved on a public proxy (no private record is read), and the

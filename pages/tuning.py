@@ -9,7 +9,6 @@ from dashboard import layout, runs, state, studies
 from dpviz import figures, strategies
 from dpviz import autotune
 from dpviz import jobs, runner, sweeps
-from dpviz.jobs import eta
 from dpviz import catalog
 from dpviz.config import RunConfig
 from dpviz.errors import ConfigError, DpvizError
@@ -83,7 +82,7 @@ def _trial_progress(progress):
         if not s:
             progress(i, k, f"trial {i + 1} of {k}")
             return
-        paces[:] = paces or [eta.Pace(phases=[("trials", k * total)], eval_every=total)]
+        paces[:] = paces or [jobs.Pace(phases=[("trials", k * total)], eval_every=total)]
         paces[0].observe(i * total + s, time.time())
         left = jobs.time_left(paces[0])
         progress(i, k, f"trial {i + 1} of {k}, step {s} of {total}" + (f", {left} left" if left else ""))

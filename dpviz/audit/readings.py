@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpviz import names
+from dpviz.privacy import names
 
 NOTE = ("An audit trains this configuration once more on the private data, with canaries added: that training "
         "run is marked as an audit and never stored among your runs, but it is a second use of the same private "

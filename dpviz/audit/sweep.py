@@ -13,7 +13,7 @@ import math
 import threading
 from typing import Callable
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, ConfigError
 from dpviz.store import Store

@@ -126,10 +126,10 @@ class Progress:
         import time
 
         if self.pace is None and last.get("plan"):
-            from dpviz.jobs import eta
+            from dpviz import jobs
 
-            self.pace = eta.Pace(phases=[tuple(p) for p in last["plan"]], eval_every=self.cfg.eval_every,
-                                 prior=eta.prior(self.store, self.cfg) if self.store is not None else {})
+            self.pace = jobs.Pace(phases=[tuple(p) for p in last["plan"]], eval_every=self.cfg.eval_every,
+                                  prior=jobs.prior(self.store, self.cfg) if self.store is not None else {})
         if self.pace is not None:
             self.pace.observe(step, time.time())
         if "pass" in last and self.bar is None:  # before the first step: the pass alone, counted in rows
@@ -223,7 +223,7 @@ def _counter(what: str, total: int):
 
 
 def _duration(seconds: float) -> str:
-    from dpviz.jobs.manager import duration
+    from dpviz.jobs import duration
 
     return duration(seconds)
 
@@ -235,7 +235,7 @@ def _update(bar, step, last, pace=None):
         bar.set_postfix_str(f"{what}: {done:,} of {total:,}", refresh=True)
         return
     shown = {k: f"{v:.3g}" for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    from dpviz.jobs.manager import time_left
+    from dpviz.jobs import time_left
 
     left = time_left(pace)
     bar.set_postfix({**shown, **({"left": left} if left else {})}, refresh=True)

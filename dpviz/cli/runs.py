@@ -219,10 +219,11 @@ def _train(cfg, args) -> dict | None:
     background analyses run afterwards in a detached process (`_analyze_later`)."""
     import signal
 
-    from dpviz.training import calibration
+    from dpviz import runner
 
-    calibration.check(cfg)  # bad input found now is one line, before the first line below
-    if not args.quiet:
+    # bad input found now is one line, before the first line below; a folder of the user's data is read (and
+    # refused in one line) only as the run loads it, so its command says nothing before the pass's count
+    if runner.check(cfg) and not args.quiet:
         say_start(cfg)
     from dpviz import runner
     from dpviz.training import idle
@@ -300,7 +301,7 @@ def text(s: dict) -> str:
     acc = "-" if s.get("test_accuracy") is None else f"{s['test_accuracy']:.4f}"
     src = (" (trained once by the request it waited for)" if s.get("waited_for") else " (from cache)") \
         if s.get("cached") else ""
-    from dpviz import names
+    from dpviz.privacy import names
 
     return f"{s['run_id']}  {s['config']['strategy']:<8} {names.mechanism(s['config']):<10} test acc {acc}  {eps}{src}"
 
@@ -336,7 +337,7 @@ def cmd_show(args) -> int:
     if args.json:
         print(dump({**s, "privacy": release.statement(s), "privacy_check": s.get("privacy_check")}))
     else:
-        from dpviz import names
+        from dpviz.privacy import names
 
         noise = f"  noise: {names.mechanism(s['config'], parts=True)}"  # a BandMF run's parts set its neighbours
         print("\n".join([text(s), noise, *privacy_lines(s, full=True)]))

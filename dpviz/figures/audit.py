@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.figures.style import GREY, SERIES, eps_text, line, log_axis, layout as _layout
 
 INF_AT = 32.0

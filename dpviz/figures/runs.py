@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.figures.style import (DASHES, LEGEND_LINE, SERIES, eps_order, eps_text, layout, log_axis, marker,
                                  metric_label, drawn, run_styles, wrap)
 from dpviz.figures.style import label as axis_label

@@ -13,7 +13,8 @@ import html
 
 import plotly.graph_objects as go
 
-from dpviz import names, strategies
+from dpviz import strategies
+from dpviz.privacy import names
 from dpviz.privacy import randomness, release
 
 TEMPLATE = "plotly_white"

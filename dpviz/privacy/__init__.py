@@ -6,11 +6,12 @@ module where it runs (the DP step loads torch, the accounting does not).
 import importlib
 
 from dpviz.privacy.bandmf import BANDED, MAX_BANDS, MECHANISMS, PARTS  # noqa: F401  (the form's choices; no torch)
-from dpviz.privacy import randomness, release  # noqa: F401  (the threat model every face states; no torch)
+from dpviz.privacy import names, randomness, release  # noqa: F401  (the threat model every face states, and how a
+# run's mechanism is named on every surface; no torch)
 from dpviz.privacy.randomness import RANDOMNESS  # noqa: F401
 
 __all__ = ["accountants", "sigma_by_batch_size", "MECHANISMS", "BANDED", "MAX_BANDS", "PARTS", "RANDOMNESS",
-           "randomness", "release"]
+           "names", "randomness", "release"]
 
 
 def __getattr__(name: str):  # accounting loads on first use: importing a privacy module stays light

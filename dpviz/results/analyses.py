@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.store import Store
 from dpviz.results.labels import run_labels
 from dpviz.results.runs import group_key

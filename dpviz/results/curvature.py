@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.store import Store
 from dpviz.results.analyses import cached_analysis
 from dpviz.results.labels import run_labels

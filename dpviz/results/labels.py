@@ -1,4 +1,4 @@
-"""How every table, reading, label and caption names a run: its strategy, ε, noise mechanism (`dpviz.names`) and
+"""How every table, reading, label and caption names a run: its strategy, ε, noise mechanism (`dpviz.privacy.names`) and
 whatever else tells it from the runs beside it.
 
 `run_labels` / `config_labels` label runs (and jobs not stored yet) shown together, `run_label` / `config_label`
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpviz import names
+from dpviz.privacy import names
 
 LABEL_FIELDS = ("dataset", "backbone", "lp_fraction", "lr_lp", "lr_ft", "epochs", "batch_size", "clip_norm",
                 "train_size", "max_length", "sparsity", "selection", "tune_blocks", "lora_rank", "public_dataset",

@@ -17,7 +17,7 @@ import json
 
 import pandas as pd
 
-from dpviz import names
+from dpviz.privacy import names
 from dpviz.results.labels import run_labels
 from dpviz.store import SHOWN, Store
 

@@ -92,14 +92,14 @@ def bands(cfg: RunConfig, q: float) -> int:
     return cfg.bands
 
 
-def check(cfg: RunConfig) -> None:
+def check(cfg: RunConfig) -> bool:
     """What a run refuses before its σ is calibrated, read from the catalogue alone (no torch, no accountant
     called): δ against n, the schedule's steps, BandMF's b·q and an accountant's floor. A command checks this
     before its first line, so bad input stays one line; a dataset known only by loading it (a folder of the
-    user's) is checked when the run loads it."""
+    user's) is checked when the run loads it: False then, True where everything above was checked."""
     static = static_shape(cfg)
     if static is None:
-        return
+        return False
     shape, blocks = static
     check_delta(cfg, shape.n)
     _, q = schedule(cfg, shape.n, blocks)
@@ -110,6 +110,7 @@ def check(cfg: RunConfig) -> None:
                                    acc=accounting.registry.get(accounting.bound_by(cfg.accountant)), rel_tol=0.005)
         except ValueError as e:
             raise ConfigError("epsilon", str(e).split(": ", 1)[-1]) from None
+    return True
 
 
 def task_shape(cfg: RunConfig) -> tuple[Shape, int]:
