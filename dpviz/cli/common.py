@@ -206,7 +206,7 @@ class SearchProgress:
 
 # tqdm's own rate and time left are left out of every bar: they average over stalls (a feature pass between
 # steps, a phase of cheaper steps) and mislead by minutes; the postfix says what `dpviz.jobs.eta` measures
-_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
 
 
 def _bar(cfg, total):
