@@ -13,9 +13,9 @@
 #   4. reproduce --task real-vision --scale large, until the call's time is spent (--stop-after).
 # PARTS names the parts to run, in this order (default "tests gpu depthwise reproduce"); two more can be named:
 #   bandmf: bench/bench_bandmf.py --device cuda (BandMF's DP step and noise memory ÷ plain, b ∈ {1, 4, 16});
-#   noise:  bench/compare_noise.py on real vision, DP-FFT then DP-LP-FFT, DP-SGD beside BandMF b ∈ {2, 4, 8},
+#   noise:  the noise study (python -m dpviz study run noise) on real vision, DP-FFT then DP-LP-FFT, DP-SGD beside BandMF b ∈ {2, 4, 8},
 #           ε ∈ {1, 8}, whole seeds until the call's time is spent (--stop-after);
-#   split:  bench/compare_split.py on real vision, the best LP share under DP-SGD and BandMF b = 4 (--stop-after).
+#   split:  the split study (python -m dpviz study run split) on real vision, the best LP share under DP-SGD and BandMF b = 4 (--stop-after).
 # Usage (device machine): [PARTS="…"] bash bench/gpu_call.sh [SECONDS, default 540]
 # Dry run here: OUT=/tmp/out DEVICE=cpu bash bench/gpu_call.sh 300
 set -u
@@ -84,19 +84,20 @@ if part noise; then
   for S in fft lp-fft; do
     STOP=$(( $(left) - 60 ))
     [ "$STOP" -ge 30 ] || break
-    say "compare_noise real-vision $S, no run started after $STOP s"
-    timeout $(( STOP + 50 )) $PY bench/compare_noise.py --task real-vision --strategy "$S" \
-      --stop-after "$STOP" --cache "$DPVIZ_CACHE_DIR" 2>&1 | tee -a "$LOG"
-    keep bench/results/noise_real-vision$([ "$S" = fft ] || echo "_$S").json
+    say "study noise real-vision $S, no run started after $STOP s"
+    SET=$([ "$S" = fft ] || echo "--set strategy=$S")
+    timeout $(( STOP + 50 )) $PY -m dpviz study run noise --task real-vision $SET --device "$DEVICE" --keep results \
+      --stop-after "$(awk "BEGIN {print $STOP / 60}")" 2>&1 | tee -a "$LOG"
+    keep "$DPVIZ_CACHE_DIR"/studies/noise_real-vision$([ "$S" = fft ] || echo "_strategy-$S").json
   done
 fi
 
 if part split; then
   STOP=$(( $(left) - 40 ))
-  say "compare_split real-vision, no run started after $STOP s"
-  timeout $(( STOP + 35 )) $PY bench/compare_split.py --task real-vision --stop-after "$STOP" \
-    --cache "$DPVIZ_CACHE_DIR" 2>&1 | tee -a "$LOG"
-  keep bench/results/split_real-vision.json
+  say "study split real-vision, no run started after $STOP s"
+  timeout $(( STOP + 35 )) $PY -m dpviz study run split --task real-vision --device "$DEVICE" --keep results \
+    --stop-after "$(awk "BEGIN {print $STOP / 60}")" 2>&1 | tee -a "$LOG"
+  keep "$DPVIZ_CACHE_DIR"/studies/split_real-vision.json
 fi
 
 MIN=$(( ($(left) - 40) / 60 ))

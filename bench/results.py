@@ -3,15 +3,14 @@ script that measured it (``bench/results/<name>.json``). The documentation's *Me
 from these files at every build (`scripts/docs_reference.py`), so a figure on the site is the last one a
 script wrote and cannot be edited by hand.
 
-Importing this module imports neither torch nor dpviz: a benchmark records after it has measured.
+Importing this module imports no torch (only dpviz's torch-free `dpviz.studies.results`): a benchmark records
+after it has measured.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -20,20 +19,15 @@ FOLDER = ROOT / "bench" / "results"
 
 
 def machine() -> str:
-    """This machine in one line: CPU cores and model, memory, accelerator, torch's version if loaded."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    out = f"{os.cpu_count()} CPU cores ({cpu}), {mem:.0f} GiB"
+    """This machine in one line: CPU cores and model, memory (`dpviz.studies.results.machine`), and the
+    accelerator with torch's version where torch is loaded."""
+    from dpviz.studies.results import machine as host
+
     torch = sys.modules.get("torch")
-    if torch is not None:
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-        out += f", {gpu}, torch {torch.__version__}"
-    return out
+    if torch is None:
+        return host()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{host()}, {gpu}, torch {torch.__version__}"
 
 
 def record(name: str, *, title: str, columns: list[str], rows: list[list], notes: str = "",

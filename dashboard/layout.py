@@ -25,6 +25,7 @@ PAGES = (
     ("pages/accountants.py", "Accountants", ":material/calculate:"),
     ("pages/continual.py", "Public → private", ":material/swap_horiz:"),
     ("pages/sparse.py", "Sparse fine-tuning", ":material/grain:"),
+    ("pages/studies.py", "Studies", ":material/science:"),
     ("pages/reproduction.py", "Reproduction", ":material/fact_check:"),
     ("pages/audit.py", "Privacy audit", ":material/policy:"),
     ("pages/theory.py", "Theory lab", ":material/functions:"),

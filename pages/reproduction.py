@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import analyses, layout, published, runs, state
-from dpviz import figures, reproduce, tasks
+from dashboard import analyses, findings, layout, published, runs, state
+from dpviz import figures, reproduce, studies, tasks
 from dpviz.errors import StoreError
 
 layout.page_setup("Reproduction", r"""
@@ -212,14 +212,9 @@ else:
             for name, r in (("DP-SGD", plain[cl.id]), (f"BandMF b = {noise_bands}", banded[cl.id])):
                 layout.reading(f"**{name}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")
 
-if measured := published.comparisons(noise_task):
-    st.markdown(f"**Measured beside DP-SGD on {tasks.task(noise_task).label}**: each mechanism at the same ε with the "
-                "same learning rates (the shipped grid's, tuned for DP-SGD), over seeds, by `bench/compare_noise.py` and "
-                "`bench/compare_split.py` (the Correlated noise guide reads them).")
-    for name, doc in measured:
-        st.markdown(f"*{doc.get('title', name)}*")
-        layout.reading(published.comparison_reading(name, doc))
-        with st.expander(f"the table ({name})"):
-            st.dataframe(pd.DataFrame(doc["rows"], columns=doc["columns"]), hide_index=True, key=f"re_cmp_{name}")
-            machine = doc.get("machine", "an unrecorded machine")
-            st.caption(f"{doc.get('notes', '')} `{doc.get('command', '')}` on {machine}, {doc.get('date', 'undated')}.")
+if measured := studies.available(noise_task, store_root=state.store().root):
+    st.markdown(f"**Studies on {tasks.task(noise_task).label}**: each mechanism at the same ε with the same learning "
+                "rates (the shipped grid's, tuned for DP-SGD), over seeds (the Studies page runs them on any task).")
+    for i, res in enumerate(measured):
+        st.markdown(f"*{findings.heading(res)}*")
+        findings.render_results(res, f"re_study_{i}", figure=False)

@@ -7,6 +7,8 @@ mkdocs.yml), so the reference cannot drift from what dpviz accepts:
   allowed values are what `RunConfig`'s own validation says when the field is given a value out of range,
   so the page quotes the checks themselves (`dpviz.fields`, `dpviz.strategies`);
 * ``results/measured.md``: the results files benchmarks write (`bench/results.py`);
+* ``results/studies.md``: every registered study (`dpviz.studies`) and every result of it shipped with dpviz,
+  read by the studies' one reader, with its reading and provenance;
 * ``reference/catalog.md``: the catalogue's datasets and backbones (`dpviz.catalog`), the strategies
   registry (`dpviz.strategies.REGISTRY`) and the tasks ``--preset`` names (`dpviz.tasks`).
 
@@ -275,6 +277,59 @@ def measured_page() -> str:
     return "\n".join(out + [results_block(r) for r in _results().values()])
 
 
+STUDY_MARK = re.compile(r"^<!-- study: ([\w.-]+) -->$", re.M)
+
+
+def study_block(res, *, heading: bool = True) -> str:
+    """One study's results as Markdown: its reading, its table of numbers (mean ± sd over seeds per cell) and
+    where they come from."""
+    from dpviz import studies
+    from dpviz.studies import results as study_results
+
+    study = studies.get(res.study)
+    verdict, sentence = studies.reading(study, res)
+    cols, rows = res.table(study)
+    where = [f"at {res.scale}"] if res.scale else []
+    where += [f"{k} = {v}" for k, v in res.sets.items()]
+    out = [f"### {study.title} on {res.task}" + (f" ({', '.join(where)})" if where else "") + "\n"] if heading else []
+    out += [f"**{verdict}.** {sentence}\n", table(cols, rows)]
+    private = [m.label for m in study.measures if m.private and any(res.stats(e["cell"], m.name)
+                                                                   for e in res.cells.values())]
+    if private:
+        out.append(f"{', '.join(private)}: statistics of private data, NOT covered by the DP guarantee.\n")
+    out.append("From " + study_results.said(res.provenance or res.shipped_provenance) + ".\n")
+    return "\n".join(out)
+
+
+def _study_results() -> dict:
+    from dpviz import studies
+    from dpviz.studies import results as study_results
+
+    return {study_results.results_name(r.study, r.task, r.scale, r.sets): r for r in studies.available()}
+
+
+def studies_page() -> str:
+    """Every registered study, declared (its question, axes, what it reads, the command), and each of its
+    results shipped with dpviz, from the one reader (`dpviz.studies.available`)."""
+    from dpviz import studies
+
+    found = list(_study_results().values())
+    out = ["# Studies\n",
+           "Generated from the registry `dpviz.studies.STUDIES` and the results shipped with dpviz "
+           "(`dpviz/studies/shipped/`, read by `dpviz.studies.load`) at every build. Run one on any task with "
+           "`python -m dpviz study run NAME --task TASK`, or on the Studies page; your own results replace the "
+           "shipped ones cell by cell.\n"]
+    for s in studies.STUDIES.values():
+        axes = "; ".join(f"{studies.axis_label(k)} ∈ {{{', '.join(map(str, v))}}}" for k, v in s.axes.items())
+        out += [f"## {s.title} (`{s.name}`)\n", s.question + "\n",
+                table(["axes", "reads", "command"],
+                      [[axes, ", ".join(m.label + (" (private statistic)" if m.private else "") for m in s.measures),
+                        code(f"python -m dpviz study run {s.name} --task default")]])]
+        mine = [r for r in found if r.study == s.name]
+        out += [study_block(r) for r in mine] or ["No results shipped yet.\n"]
+    return "\n".join(out)
+
+
 def with_results(markdown: str) -> str:
     """A hand-written page with each ``<!-- results: NAME -->`` line replaced by that results file's table,
     so the figures a page discusses are the ones its script last wrote. An unknown name is an error."""
@@ -285,11 +340,18 @@ def with_results(markdown: str) -> str:
             raise KeyError(f"no results file bench/results/{m.group(1)}.json (known: {', '.join(found)})")
         return results_block(found[m.group(1)], heading=False)
 
-    return RESULTS_MARK.sub(one, markdown)
+    studied = _study_results() if STUDY_MARK.search(markdown) else {}
+
+    def study(m: re.Match) -> str:
+        if m.group(1) not in studied:
+            raise KeyError(f"no study results {m.group(1)} (known: {', '.join(studied)})")
+        return study_block(studied[m.group(1)], heading=False)
+
+    return STUDY_MARK.sub(study, RESULTS_MARK.sub(one, markdown))
 
 
 PAGES = {"reference/cli.md": cli_page, "reference/config.md": config_page, "reference/catalog.md": catalog_page,
-         "results/measured.md": measured_page}
+         "results/measured.md": measured_page, "results/studies.md": studies_page}
 
 
 # --- MkDocs hook ---------------------------------------------------------------------------------------

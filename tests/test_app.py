@@ -713,65 +713,6 @@ def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env,
     assert any("python -m dpviz reproduce --task default --set mechanism=bandmf bands=4" in i.value for i in at.info)
 
 
-NOISE_DOC = {"title": "DP-SGD beside BandMF, real vision: DP-FFT", "notes": "mean ± sd over seeds 0, 1, 2",
-             "command": "python bench/compare_noise.py --task real-vision", "machine": "a test", "date": "2026-11-27",
-             "columns": ["ε", "mechanism", "σ", "test accuracy", "early kNN dip", "ρ (D_l decay)", "R² of the fit"],
-             "rows": [["1", "dp-sgd", "2.0", "0.737 ± 0.008", "0.000 ± 0.000", "0.749 ± 0.008", "0.45 ± 0.00"],
-                      ["1", "bandmf b=4", "3.7", "0.735 ± 0.017", "0.000 ± 0.000", "0.750 ± 0.009", "0.44 ± 0.00"],
-                      ["8", "dp-sgd", "0.6", "0.823 ± 0.008", "0.000 ± 0.000", "0.690 ± 0.004", "0.55 ± 0.01"],
-                      ["8", "bandmf b=4", "0.9", "0.843 ± 0.005", "0.030 ± 0.004", "0.760 ± 0.005", "0.57 ± 0.01"]]}
-SPLIT_DOC = {"title": "The best LP share, real vision", "command": "python bench/compare_split.py",
-             "columns": ["ε", "mechanism", "p = 0", "p = 0.5", "p = 1", "best p"],
-             "rows": [["1", "dp-sgd", "0.70 ± 0.01", "0.78 ± 0.01", "0.71 ± 0.01", "0.5"],
-                      ["1", "bandmf b=4", "0.75 ± 0.02", "0.76 ± 0.02", "0.74 ± 0.02 (2 of 3)", "0.5"]]}
-
-
-def test_readings_of_the_mechanism_comparisons_say_who_wins_by_how_much_against_the_spread():
-    """Each sentence follows the numbers: swap the ε = 8 accuracies and DP-SGD leads; a dip and a moved ρ are
-    named with their mechanism; a curve flat within its spread says so."""
-    from dashboard import published
-
-    text = published.noise_reading(NOISE_DOC)
-    assert "At ε = 1 DP-SGD is the most accurate (0.737 ± 0.008), 0.2 points above the best correlated row " \
-           "(bandmf b=4: 0.735 ± 0.017), within the seeds' spread" in text, text
-    assert "at ε = 8 bandmf b=4 is the most accurate (0.843 ± 0.005), 2.0 points above DP-SGD (0.823 ± 0.008), " \
-           "beyond the seeds' spread" in text, text
-    assert "An early kNN dip beyond its spread under bandmf b=4 at ε = 8." in text, text
-    assert "moves by more than the spread at ε = 8 from 0.690 (dp-sgd) to 0.760 (bandmf b=4)" in text, text
-    rows = [r[:] for r in NOISE_DOC["rows"]]
-    rows[2][3], rows[3][3] = rows[3][3], rows[2][3]
-    rows[3][4], rows[3][5] = "0.000 ± 0.000", "0.692 ± 0.005"
-    swapped = published.noise_reading({**NOISE_DOC, "rows": rows})
-    assert "at ε = 8 DP-SGD is the most accurate (0.843 ± 0.005)" in swapped, swapped
-    assert "No mechanism shows an early kNN dip" in swapped and "is the same under every mechanism" in swapped
-    split = published.split_reading(SPLIT_DOC)
-    assert split == ("At ε = 1 the best LP share is p = 0.5 under dp-sgd and p = 0.5 under bandmf b=4 (its curve "
-                     "flat within the spread)."), split
-
-
-def test_reproduction_page_reads_the_mechanism_comparisons_measured_on_the_chosen_task(app_env, monkeypatch,
-                                                                                       tmp_path):
-    """A fresh clone's page answers "which mechanism wins where" on a real task from the comparison files: a
-    reading per file, its table, and the command that measured it; a task without such files shows none."""
-    from dashboard import published
-
-    (tmp_path / "noise_real-vision.json").write_text(json.dumps(NOISE_DOC))
-    (tmp_path / "split_real-vision.json").write_text(json.dumps(SPLIT_DOC))
-    (tmp_path / "noise_real-visionary.json").write_text(json.dumps(NOISE_DOC))  # another task's name, not this one's
-    monkeypatch.setattr(published, "FOLDER", tmp_path)
-    assert [n for n, _ in published.comparisons("real-vision")] == ["noise_real-vision", "split_real-vision"]
-    at = open_page("pages/reproduction.py")
-    assert not any("Measured beside DP-SGD" in m.value for m in at.markdown)  # the default task: no file here
-    at.selectbox(key="re_noise_task").set_value("real-vision").run()
-    assert not at.exception, [e.value for e in at.exception]
-    said = [m.value for m in at.markdown]
-    assert any("at ε = 8 bandmf b=4 is the most accurate" in m for m in said), said
-    assert any("the best LP share is p = 0.5 under dp-sgd" in m for m in said), said
-    table = next(d.value for d in at.dataframe if "early kNN dip" in d.value.columns)
-    assert list(table["mechanism"]) == ["dp-sgd", "bandmf b=4", "dp-sgd", "bandmf b=4"]
-    assert any("python bench/compare_noise.py --task real-vision" in c.value for c in at.caption)
-
-
 def test_the_noise_choice_sets_the_mechanism_and_its_bands_and_the_budget_box_says_how_it_is_sampled(app_env):
     at = open_page("pages/runs.py")
     assert at.number_input(key="f_bands").disabled  # DP-SGD: no bands to set

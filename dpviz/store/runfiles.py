@@ -123,6 +123,24 @@ class RunFiles(SharedTensors):
                              f"damaged: delete run {run_id} (`python -m dpviz delete {run_id}`)")
         return {**self.load_weights(run_id, doc["base"], (*_seen, step)), **state}
 
+    def prune_files(self, run_id: str) -> int:
+        """Delete a finished run's step files (feature checkpoints, weights, its model and mask) and the shared
+        tensors no other run uses; keep its row, summary, metrics and cached analyses. A study keeping only its
+        results calls this once the run's numbers are read. Returns the bytes freed."""
+        folder = self.run_dir(run_id)
+        files = [p for p in folder.rglob("*") if p.is_file() and p.name != "resume.pt"] if folder.exists() else []
+        freed = sum(p.stat().st_size for p in files)
+        with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")
+            before = self.tensor_bytes()
+            c.execute("DELETE FROM file_hashes WHERE run_id=?", (run_id,))
+            self.drop_tensors(c, run_id)
+            c.execute("COMMIT")
+        freed += max(before - self.tensor_bytes(), 0)
+        for p in files:
+            p.unlink(missing_ok=True)
+        return freed
+
     def save_resume(self, run_id: str, state: dict) -> Path:
         """Where a stopped run goes on from (`dpviz.training.resume`): one file per run, replaced at each checkpoint.
         Readable by the store's owner only (0600): it holds the generators' state, which regenerates the run's

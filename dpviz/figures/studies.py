@@ -1,0 +1,51 @@
+"""Figures of the studies (`dpviz.studies`), drawn from their results' numbers: mean ± sd over seeds per cell,
+one colour per ε, one dash per mechanism (`style.MECHANISM_DASHES`)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dpviz.figures.style import MECHANISM_DASHES, SERIES, layout
+
+
+def _dash(mech: str) -> str:
+    return MECHANISM_DASHES["dp-sgd" if mech == "DP-SGD" else "bandmf"]
+
+
+def _eps_colours(values) -> dict:
+    return {e: SERIES[i % len(SERIES)] for i, e in enumerate(sorted(set(values)))}
+
+
+def split_figure(res) -> go.Figure:
+    """Test accuracy over the LP share p, one line per (ε, mechanism), error bars one sd over seeds."""
+    from dpviz.studies.split import curves
+
+    got = curves(res)
+    colours = _eps_colours(e for e, _ in got)
+    fig = go.Figure()
+    for (eps, mech), pts in got.items():
+        fig.add_trace(go.Scatter(x=[p for p, _ in pts], y=[v[0] for _, v in pts], name=f"ε = {eps:g}, {mech}",
+                                 mode="lines+markers", line=dict(color=colours[eps], dash=_dash(mech)),
+                                 error_y=dict(type="data", array=[v[1] for _, v in pts], visible=True)))
+    return layout(fig, "Test accuracy over the LP share p<br>mean ± sd over seeds", "LP share p", "test accuracy")
+
+
+def noise_figure(res) -> go.Figure:
+    """Test accuracy per mechanism, one group of bars per ε, error bars one sd over seeds."""
+    from dpviz.studies.noise import _by_epsilon
+
+    got = _by_epsilon(res)
+    mechs = list(dict.fromkeys(m for rows in got.values() for m, _ in rows))
+    fig = go.Figure()
+    for i, mech in enumerate(mechs):
+        xs, ys, es = [], [], []
+        for eps, rows in got.items():
+            c = dict(rows).get(mech)
+            if c is not None and (st := res.stats(c, "accuracy")):
+                xs.append(f"ε = {eps:g}")
+                ys.append(st[0])
+                es.append(st[1])
+        fig.add_trace(go.Bar(x=xs, y=ys, name=mech, marker_color=SERIES[i % len(SERIES)],
+                             error_y=dict(type="data", array=es, visible=True)))
+    fig.update_layout(barmode="group")
+    return layout(fig, "Test accuracy per mechanism<br>mean ± sd over seeds", "privacy budget", "test accuracy")

@@ -1,0 +1,279 @@
+"""A study's results: numbers per cell and per seed, with their provenance; one writer and one reader.
+
+A results file is JSON (``FORMAT``)::
+
+    {"format": 1, "study": "noise", "task": "default", "scale": null, "sets": {}, "seeds": [0, 1, 2],
+     "axes": {"epsilon": [1.0, 8.0], "bands": [1, 2, 4]},
+     "cells": [{"cell": {"epsilon": 1.0, "bands": 1},
+                "runs": {"0": {"run_id": "…", "config": "<config hash>", "values": {"accuracy": 0.53, …}}, …}}],
+     "provenance": {"command": …, "dpviz": …, "commit": …, "machine": …, "device": …, "date": …, "store": …}}
+
+Display strings ("0.530 ± 0.041 (2 of 3)") are derived from the numbers here (`Results.text`), never stored
+and never parsed. A file converted from a table that kept only means and spreads says so: its cells hold
+``summary`` (mean, sd, n per measure) instead of ``runs``, and ``provenance.per_seed`` is "lost".
+
+Where they live: a study run into a store writes ``<store>/studies/<name>.json`` after every run
+(`save`); the results dpviz ships are ``dpviz/studies/shipped/<name>.json``. `load` reads both, cell by
+cell: a cell of the user's store replaces the shipped one as soon as it holds a seed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpviz.studies.base import cell_key
+
+FORMAT = 1
+SHIPPED = Path(__file__).resolve().parent / "shipped"
+"""The results dpviz ships (package data), read when a store has none of a cell."""
+
+
+def results_name(study: str, task: str, scale: str | None = None, sets: dict | None = None) -> str:
+    """``<study>_<task>[_<scale>][_<fields set>]``: one file per study, task, size and fields set on every run
+    (cells and seeds accumulate inside it)."""
+    from dpviz.reproduce import variant
+
+    return f"{study}_{task}" + (f"_{scale}" if scale else "") + (f"_{v}" if (v := variant(sets)) else "")
+
+
+@dataclass
+class Results:
+    """One study's numbers on one task, size and set of fields (see the module for the file)."""
+
+    study: str
+    task: str
+    scale: str | None = None
+    sets: dict = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    axes: dict[str, list] = field(default_factory=dict)
+    cells: dict[str, dict] = field(default_factory=dict)  # cell_key → {"cell", "runs" | "summary", "source"}
+    provenance: dict = field(default_factory=dict)
+    shipped_provenance: dict | None = None  # the shipped file's, where a cell still comes from it
+
+    # --- what the runs gave ------------------------------------------------------------------------------
+    def add(self, cell: dict, seed: int, *, run_id: str, config: str, values: dict) -> None:
+        """Record one finished run's numbers (replacing a shipped cell's numbers by the store's)."""
+        k = cell_key(cell)
+        entry = self.cells.get(k)
+        if entry is None or entry.get("source") != "store":
+            entry = self.cells[k] = {"cell": dict(cell), "runs": {}, "source": "store"}
+        entry["runs"][str(seed)] = {"run_id": run_id, "config": config,
+                                    "values": {n: (None if v is None else float(v)) for n, v in values.items()}}
+        if seed not in self.seeds:
+            self.seeds = sorted({*self.seeds, seed})
+
+    def done(self, cell: dict, seed: int, config: str) -> bool:
+        """Whether this run (cell, seed, config hash) is recorded from a store already."""
+        entry = self.cells.get(cell_key(cell))
+        run = entry and entry.get("source") == "store" and entry["runs"].get(str(seed))
+        return bool(run) and run["config"] == config
+
+    def run_ids(self) -> list[str]:
+        return [r["run_id"] for e in self.cells.values() for r in e.get("runs", {}).values()]
+
+    # --- reading ------------------------------------------------------------------------------------------
+    def values(self, cell: dict, name: str) -> list[float]:
+        """The per-seed values of ``name`` in ``cell`` (seeds in order; seeds without a value left out)."""
+        entry = self.cells.get(cell_key(cell)) or {}
+        runs = entry.get("runs", {})
+        return [v for s in sorted(runs, key=int) if (v := runs[s]["values"].get(name)) is not None]
+
+    def stats(self, cell: dict, name: str) -> tuple[float, float, int] | None:
+        """(mean, sample sd, seeds) of ``name`` in ``cell`` (sd 0 from one seed); None where nothing is there.
+        A converted cell answers from its kept summary."""
+        vs = self.values(cell, name)
+        if vs:
+            return statistics.mean(vs), (statistics.stdev(vs) if len(vs) > 1 else 0.0), len(vs)
+        s = (self.cells.get(cell_key(cell)) or {}).get("summary", {}).get(name)
+        return (s["mean"], s["sd"], s["n"]) if s else None
+
+    def text(self, cell: dict, name: str, fmt: str = ".3f") -> str:
+        """The display string of ``name`` in ``cell``: "0.530 ± 0.041", with "(2 of 3)" where seeds are missing;
+        "" where there is no value."""
+        st = self.stats(cell, name)
+        if st is None:
+            return ""
+        m, sd, n = st
+        out = f"{m:{fmt}} ± {sd:{fmt}}" if n > 1 else f"{m:{fmt}}"
+        return out + (f" ({n} of {len(self.seeds)})" if self.seeds and n < len(self.seeds) else "")
+
+    def source(self, cell: dict) -> str | None:
+        """Where ``cell``'s numbers come from: "store", "shipped", or None."""
+        return (self.cells.get(cell_key(cell)) or {}).get("source")
+
+    def table(self, study) -> tuple[list[str], list[list[str]]]:
+        """(columns, rows) for display: one row per cell with numbers, the cell as the study shows it
+        (`Study.columns`), then its measures, then where it comes from."""
+        entries = [e for e in self.cells.values() if any(self.stats(e["cell"], m.name) for m in study.measures)]
+        heads = list(dict.fromkeys(k for e in entries for k in study.columns(e["cell"]))) or \
+            list(study.columns(study.cells()[0]))
+        cols = heads + [m.label for m in study.measures] + ["source"]
+        rows = []
+        for e in entries:
+            c, shown = e["cell"], study.columns(e["cell"])
+            rows.append([shown.get(h, "") for h in heads] + [self.text(c, m.name, m.fmt) for m in study.measures]
+                        + [e.get("source", "")])
+        return cols, rows
+
+    # --- the file -----------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "study": self.study, "task": self.task, "scale": self.scale, "sets": self.sets,
+                "seeds": self.seeds, "axes": self.axes,
+                "cells": [{k: v for k, v in e.items() if k != "source"} for e in self.cells.values()
+                          if e.get("source", "store") == "store"],
+                "provenance": self.provenance}
+
+    @classmethod
+    def from_json(cls, doc: dict, source: str = "store") -> "Results":
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"a study results file of format {doc.get('format')!r}, not {FORMAT}")
+        out = cls(study=doc["study"], task=doc["task"], scale=doc.get("scale"), sets=doc.get("sets") or {},
+                  seeds=list(doc.get("seeds") or []), axes=doc.get("axes") or {}, provenance=doc.get("provenance") or {})
+        for e in doc.get("cells", []):
+            out.cells[cell_key(e["cell"])] = {**e, "source": source}
+        return out
+
+
+def _show(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# --- provenance ---------------------------------------------------------------------------------------------
+def commit() -> str:
+    """The git commit dpviz's source is at, read from its checkout's ``.git`` (no process started); "unknown"
+    outside a checkout (an installed wheel)."""
+    git = Path(__file__).resolve().parents[2] / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = head[5:]
+            loose = git / ref
+            head = loose.read_text().strip() if loose.exists() else next(
+                (line.split()[0] for line in (git / "packed-refs").read_text().splitlines()
+                 if line.endswith(" " + ref)), "")
+    except OSError:
+        return "unknown"
+    return head[:12] or "unknown"
+
+
+def machine() -> str:
+    """This machine in one line: CPU cores and model, memory."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        mem = ""
+    return f"{os.cpu_count()} CPU cores ({cpu}){mem}"
+
+
+def device() -> str:
+    """The accelerator the runs could use ("cpu" without one), with torch's version where torch is loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "not recorded (torch not loaded)"
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return f"{name}, torch {torch.__version__}"
+
+
+def store_digest(store, run_ids: list[str]) -> str:
+    """SHA-256 (16 hex) of the stored records the numbers were read from: each run's id, config hash and
+    summary, in id order. Another store with the same runs gives the same digest."""
+    h = hashlib.sha256()
+    for rid in sorted(set(run_ids)):
+        try:
+            r = store.get_run(rid)
+        except Exception:  # noqa: BLE001 - a run pruned or deleted since: its id alone
+            h.update(f"{rid}\n".encode())
+            continue
+        h.update(json.dumps({"run_id": rid, "config": r.get("config_hash"), "summary": r.get("summary")},
+                            sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def provenance(command: str, store, run_ids: list[str]) -> dict:
+    """Where the numbers come from: the command, dpviz's version and commit, the machine, the device, the date
+    (UTC) and the store's digest."""
+    from dpviz import __version__
+
+    return {"command": command, "dpviz": __version__, "commit": commit(), "machine": machine(), "device": device(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "store": store_digest(store, run_ids), "per_seed": "kept"}
+
+
+def said(p: dict | None) -> str:
+    """Provenance in one line, for captions."""
+    if not p:
+        return "no provenance recorded"
+    out = f"`{p.get('command', '?')}`"
+    if p.get("dpviz", "not recorded") != "not recorded":
+        out += f", dpviz {p['dpviz']} ({p.get('commit', '?')})"
+    out += f", {p.get('machine', '?')}"
+    out += f", {p['device']}" if p.get("device") and p["device"] not in p.get("machine", "") else ""
+    out += f", {p.get('date', 'undated')}"
+    if p.get("store") and p["store"] != "not recorded":
+        out += f", store digest {p['store']}"
+    if p.get("per_seed") == "lost":
+        out += "; converted from a table of means and spreads: per-seed values lost"
+    return out
+
+
+# --- the one writer, the one reader -------------------------------------------------------------------------
+def path_in(store_root, name: str) -> Path:
+    return Path(store_root) / "studies" / f"{name}.json"
+
+
+def save(results: Results, store_root) -> Path:
+    """Write ``results`` (its store cells) to ``<store>/studies/<name>.json``, atomically."""
+    from dpviz.store.safefile import real_folder, write_atomic
+
+    name = results_name(results.study, results.task, results.scale, results.sets)
+    path = real_folder(Path(store_root), "studies") / f"{name}.json"
+    data = (json.dumps(results.to_json(), indent=1, ensure_ascii=False, default=str) + "\n").encode()
+    write_atomic(path, lambda f: f.write(data))
+    return path
+
+
+def _read(path: Path, source: str) -> Results | None:
+    try:
+        return Results.from_json(json.loads(path.read_text()), source)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def load(study: str, task: str, scale: str | None = None, sets: dict | None = None, *, store_root=None,
+         shipped: bool = True) -> Results:
+    """The results of ``study`` on ``task`` at ``scale`` with ``sets``: the store's cells, then the shipped
+    file's where the store has none (``shipped=False``: the store's only). Empty where neither has any."""
+    name = results_name(study, task, scale, sets)
+    mine = _read(path_in(store_root, name), "store") if store_root is not None else None
+    out = mine or Results(study=study, task=task, scale=scale, sets=dict(sets or {}))
+    ship = _read(SHIPPED / f"{name}.json", "shipped") if shipped else None
+    if ship:
+        out.shipped_provenance = ship.provenance
+        for k, e in ship.cells.items():
+            out.cells.setdefault(k, e)
+        out.seeds = out.seeds or ship.seeds
+        out.axes = out.axes or ship.axes
+    return out
+
+
+def shipped_names() -> list[str]:
+    """The names of the shipped results files."""
+    return sorted(p.stem for p in SHIPPED.glob("*.json"))
+
+
+def shipped_file(name: str) -> Results | None:
+    return _read(SHIPPED / f"{name}.json", "shipped")

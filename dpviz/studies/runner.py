@@ -1,0 +1,210 @@
+"""Running a study: plan its runs on a task, train each configuration once (the store answers the rest), read
+each finished run's numbers into its results file, and stop between runs when asked.
+
+A stopped study resumes: the results file says which (cell, seed, configuration) are read already, the store
+holds the runs finished and the snapshot of a run stopped mid-way (`dpviz.training.resume`). With
+``keep="results"`` a finished run's step files are pruned once its numbers are read
+(`dpviz.store.Store.prune_files`), so what a study needs from one piece to the next is its results file and
+the store's database plus the unfinished run's snapshot: tens of MiB, not the GiB of every checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from dataclasses import dataclass
+from typing import Callable
+
+from dpviz.config import RunConfig
+from dpviz.errors import Cancelled, ConfigError
+from dpviz.studies import results as _results
+from dpviz.studies.base import Study
+
+KEEP = ("all", "results")
+"""What a study keeps of a finished run: ``all`` (its checkpoints' features and weights, for the pages), or
+``results`` (its row, summary and metrics; the step files pruned once its numbers are read)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One run of a study: its cell, its seed, its configuration."""
+
+    cell: dict
+    seed: int
+    config: RunConfig
+
+
+def _sized(task: str, scale: str | None, fields: dict) -> dict:
+    """``fields`` at the scorecard's size ``scale`` of ``task`` (None: the task's own size): the size's data and
+    epochs, and a checkpoint interval ``every`` times longer where the size says so."""
+    if not scale:
+        return fields
+    from dpviz.reproduce import SCALES, size_fields
+
+    if scale not in SCALES:
+        raise ConfigError("scale", f"one of {', '.join(SCALES)}", scale)
+    if scale != "small" and task not in SCALES[scale]:
+        raise ConfigError("scale", f"a size {task} has (it has: small"
+                          + "".join(f", {s}" for s in SCALES if s != "small" and task in SCALES[s]) + ")", scale)
+    every = SCALES[scale].get(task, {}).get("every", 1)
+    out = {**fields, **size_fields(task, scale)}
+    if out.get("checkpoint_every", 0) > 0:
+        out["checkpoint_every"] *= every
+    return out
+
+
+def plan(study: Study, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
+         sets: dict | None = None, vary: dict | None = None) -> list[Item]:
+    """Every run of ``study`` on ``task``: seeds outermost (a study cut short leaves whole seeds), then cells.
+    ``sets``: fields set on every run, last (a user's data folder, the device, a smaller size); a field no
+    `RunConfig` has, or a value it refuses, is one `ConfigError` before anything trains."""
+    from dpviz import tasks
+
+    tasks.task(task, "task")
+    if not seeds:
+        raise ConfigError("seeds", "at least one seed", "none")
+    out = []
+    for seed in seeds:
+        for cell in study.cells(vary):
+            fields = _sized(task, scale, {**study.base, **study.fields(cell)})
+            out.append(Item(cell, int(seed), tasks.config(task, **{**fields, "seed": int(seed), **(sets or {})})))
+    return out
+
+
+def command_line(study: str, task: str, scale, seeds, sets, vary, keep) -> str:
+    """The command that runs this study again, as the command line takes it."""
+    out = f"python -m dpviz study run {study} --task {task}"
+    out += f" --scale {scale}" if scale else ""
+    out += " --seeds " + " ".join(str(s) for s in seeds)
+    out += "".join(f" --set {k}={v}" for k, v in (sets or {}).items())
+    out += "".join(f" --vary {k}=" + ",".join(_results._show(x) for x in v) for k, v in (vary or {}).items())
+    return out + (f" --keep {keep}" if keep != "all" else "")
+
+
+def run(study: Study | str, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
+        sets: dict | None = None, vary: dict | None = None, cache_dir=None, keep: str = "all",
+        stop_after: float | None = None, progress: Callable | None = None, cancel: threading.Event | None = None,
+        on_note: Callable[[str], None] | None = None, command: str | None = None,
+        rates: str = "grid") -> _results.Results:
+    """Run ``study`` on ``task`` and return its results (written to ``<store>/studies/`` after every run).
+
+    Args:
+        study: a registered study or its name (`dpviz.studies.STUDIES`).
+        task: a task of `dpviz.tasks`; a user's own data is ``sets={"dataset": …, "data_dir": …}``.
+        scale: the scorecard's size of the task (`dpviz.reproduce.SCALES`), or None for the task's own.
+        seeds: the seeds of every cell (≥ 3 for a mean ± sd the readings can judge by).
+        sets: fields set on every run (after the study's and the size's).
+        vary: axis → values, in place of the study's defaults.
+        cache_dir: the store.
+        keep: "all", or "results" to prune each finished run's step files once its numbers are read.
+        stop_after: seconds after which the study stops between runs (a run in flight trains on to its first
+            checkpoint first, so the next piece goes on from it: `dpviz.reproduce.scorecard.Deadline`).
+        progress: called with (runs done, runs in all, what is running).
+        cancel: a `threading.Event`; set, the study stops after the run in flight stops.
+        on_note: hears a cell that cannot run on this task, and the deadline's notes (default: stderr).
+        command: how this study was asked for, for its provenance (default: the command line that ran it).
+        rates: how "auto" rates resolve: "grid" (the nearest shipped grid entry, no search) or "search".
+    """
+    from dpviz import studies
+    from dpviz.reproduce.scorecard import Deadline
+    from dpviz.runner import run as run_one
+    from dpviz.store import Store
+    from dpviz.training import calibration
+
+    study = studies.get(study) if isinstance(study, str) else study
+    if keep not in KEEP:
+        raise ConfigError("keep", f"one of {', '.join(KEEP)}", keep)
+    items = plan(study, task=task, scale=scale, seeds=seeds, sets=sets, vary=vary)
+    note = on_note or _say
+    refused = _check(items, calibration, note)
+    store = Store(cache_dir)
+    res = _results.load(study.name, task, scale, sets, store_root=store.root, shipped=False)
+    res.axes = {k: list(v) for k, v in study.axis_values(vary).items()}
+    res.seeds = sorted({*res.seeds, *map(int, seeds)})
+    command = command or command_line(study.name, task, scale, seeds, sets, vary, keep)
+    todo = [it for it in items if _results.cell_key(it.cell) not in refused]
+    total, done = len(todo), 0
+    deadline = None if stop_after is None else Deadline(stop_after, cancel or threading.Event(), store, note)
+    cancel = deadline.cancel if deadline else cancel
+    for it in todo:
+        if res.done(it.cell, it.seed, it.config.hash()):
+            done += 1
+            continue
+        if progress:
+            progress(done, total, _label(study, it))
+        if cancel is not None and cancel.is_set() or deadline and deadline.due:
+            break
+        try:
+            summary = run_one(it.config, store=store, cancel=cancel, resume=True, rates=rates,
+                              **(deadline.watch() if deadline else {}))
+        except Cancelled:
+            break
+        finally:
+            if deadline:
+                deadline.between()
+        if summary.get("status", "finished") != "finished":
+            break
+        values = study.measure(store, summary, it.config)
+        res.add(it.cell, it.seed, run_id=summary["run_id"], config=it.config.hash(), values=values)
+        res.provenance = _results.provenance(command, store, res.run_ids())
+        _results.save(res, store.root)
+        if keep == "results":
+            store.prune_files(summary["run_id"])
+        done += 1
+    if progress:
+        progress(done, total, "done" if done == total else "stopped")
+    return res
+
+
+def _check(items: list[Item], calibration, note) -> dict[str, str]:
+    """Every run checked as it would be before training (`calibration.preview`); a cell whose run cannot take
+    this task (BandMF's b·q > 1 on a small batch) is left out, and said: cell key → why."""
+    refused, seen = {}, set()
+    for it in items:
+        k = _results.cell_key(it.cell)
+        if k in refused or it.config.hash() in seen:
+            continue
+        seen.add(it.config.hash())
+        try:
+            calibration.preview(it.config)
+        except ConfigError as e:
+            refused[k] = str(e)
+            note(f"{_cell_text(it.cell)} cannot run on this task: {e}")
+    return refused
+
+
+def _cell_text(cell: dict) -> str:
+    return ", ".join(f"{k} = {_results._show(v)}" for k, v in cell.items())
+
+
+def _label(study: Study, it: Item) -> str:
+    return f"{study.name}: " + ", ".join(f"{k} {v}" for k, v in study.columns(it.cell).items()) + f", seed {it.seed}"
+
+
+def stored(study: Study | str, *, task: str = "default", scale: str | None = None, sets: dict | None = None,
+           cache_dir=None, shipped: bool = True) -> _results.Results:
+    """The results of ``study`` read so far (the store's cells, then the shipped ones), training nothing."""
+    from dpviz import studies
+    from dpviz.store import Store
+
+    study = studies.get(study) if isinstance(study, str) else study
+    return _results.load(study.name, task, scale, sets, store_root=Store(cache_dir).root, shipped=shipped)
+
+
+def counts(study: Study | str, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
+           sets: dict | None = None, vary: dict | None = None, cache_dir=None) -> tuple[int, int]:
+    """(runs read, runs in all) of the study as asked, from its results file: what a page shows before it runs."""
+    from dpviz import studies
+    from dpviz.store import Store
+
+    study = studies.get(study) if isinstance(study, str) else study
+    items = plan(study, task=task, scale=scale, seeds=seeds, sets=sets, vary=vary)
+    res = _results.load(study.name, task, scale, sets, store_root=Store(cache_dir).root, shipped=False)
+    return sum(res.done(it.cell, it.seed, it.config.hash()) for it in items), len(items)
+
+
+def _say(text: str) -> None:
+    print(f"dpviz: note: {text}", file=sys.stderr, flush=True)
+
+

@@ -1,0 +1,204 @@
+"""Studies (`dpviz.studies`): readings on planted numbers, the one writer and reader with provenance, the
+shipped results, and a study run end to end: each configuration trained once, stopped and resumed, and cut
+into pieces that carry only what ``keep="results"`` keeps."""
+
+import json
+import shutil
+
+import pytest
+
+from dpviz import studies
+from dpviz.errors import ConfigError
+from dpviz.studies import results as study_results
+from dpviz.studies import runner
+
+
+def planted(study: str, values: dict, seeds=(0, 1, 2)) -> study_results.Results:
+    """Results of ``study`` with per-seed numbers: {cell as tuple of (axis, value): {measure: [per seed]}}."""
+    res = study_results.Results(study=study, task="default", seeds=list(seeds))
+    for cell, measured in values.items():
+        for i, seed in enumerate(seeds[:len(next(iter(measured.values())))]):
+            res.add(dict(cell), seed, run_id=f"r{seed}", config="c", values={k: v[i] for k, v in measured.items()})
+    return res
+
+
+def noise_cell(eps, b):
+    return (("epsilon", eps), ("bands", b), ("family", "bandmf"))
+
+
+NOISE = {noise_cell(1.0, 1): {"accuracy": [0.73, 0.74, 0.745], "dip": [0, 0, 0], "rho": [0.74, 0.75, 0.755]},
+         noise_cell(1.0, 4): {"accuracy": [0.72, 0.735, 0.75], "dip": [0, 0, 0], "rho": [0.74, 0.75, 0.76]},
+         noise_cell(8.0, 1): {"accuracy": [0.815, 0.823, 0.831], "dip": [0, 0, 0], "rho": [0.686, 0.690, 0.694]},
+         noise_cell(8.0, 4): {"accuracy": [0.838, 0.843, 0.848], "dip": [0.026, 0.03, 0.034], "rho": [0.755, 0.76, 0.765]}}
+
+
+def test_the_noise_reading_says_who_wins_by_how_much_against_the_spread_and_follows_the_numbers():
+    verdict, text = studies.reading("noise", planted("noise", NOISE))
+    assert verdict == "BandMF ahead", (verdict, text)
+    assert "At ε = 1 DP-SGD is the most accurate (0.738 ± 0.008), 0.3 points above the best correlated mechanism " \
+           "(BandMF b=4: 0.735 ± 0.015), within the seeds' spread" in text, text
+    assert "at ε = 8 BandMF b=4 is the most accurate (0.843 ± 0.005), 2.0 points above DP-SGD (0.823 ± 0.008), " \
+           "beyond the seeds' spread" in text, text
+    assert "An early kNN dip beyond its spread under BandMF b=4 at ε = 8." in text, text
+    assert "moves by more than the spread at ε = 8 from 0.690 (DP-SGD) to 0.760 (BandMF b=4)" in text, text
+    swapped = {**NOISE, noise_cell(8.0, 1): NOISE[noise_cell(8.0, 4)] | {"dip": [0, 0, 0], "rho": [0.686, 0.69, 0.694]},
+               noise_cell(8.0, 4): NOISE[noise_cell(8.0, 1)]}
+    verdict, text = studies.reading("noise", planted("noise", swapped))
+    assert verdict == "DP-SGD ahead" and "at ε = 8 DP-SGD is the most accurate (0.843 ± 0.005)" in text, text
+    assert "No mechanism shows an early kNN dip" in text and "is the same under every mechanism" in text, text
+
+
+def test_the_split_reading_names_each_mechanisms_best_share_and_a_flat_curve():
+    cell = lambda b, p: (("epsilon", 1.0), ("bands", b), ("lp_fraction", p), ("family", "bandmf"))  # noqa: E731
+    values = {cell(1, 0.0): {"accuracy": [0.69, 0.70, 0.71]}, cell(1, 0.5): {"accuracy": [0.77, 0.78, 0.79]},
+              cell(1, 1.0): {"accuracy": [0.70, 0.71, 0.72]}, cell(4, 0.0): {"accuracy": [0.73, 0.75, 0.77]},
+              cell(4, 0.5): {"accuracy": [0.74, 0.76, 0.78]}, cell(4, 1.0): {"accuracy": [0.72, 0.74, 0.76]}}
+    verdict, text = studies.reading("split", planted("split", values))
+    assert text == ("At ε = 1 the best LP share is p = 0.5 under DP-SGD and p = 0.5 under BandMF b=4 (its curve flat "
+                    "within the spread)."), text
+    assert verdict == "an interior optimum"
+    values[cell(1, 0.5)] = {"accuracy": [0.69, 0.70, 0.71]}
+    values[cell(1, 1.0)] = {"accuracy": [0.80, 0.81, 0.82]}
+    assert studies.reading("split", planted("split", values))[0] == "an end is best"
+
+
+def test_results_keep_numbers_per_seed_derive_their_display_and_record_where_they_come_from(tmp_path):
+    res = planted("noise", {noise_cell(1.0, 1): {"accuracy": [0.5, 0.6]}}, seeds=(0, 1, 2))
+    assert res.values(dict(noise_cell(1.0, 1)), "accuracy") == [0.5, 0.6]
+    assert res.text(dict(noise_cell(1.0, 1)), "accuracy") == "0.550 ± 0.071 (2 of 3)"
+    from dpviz.store import Store
+
+    store = Store(tmp_path / "store")
+    res.provenance = study_results.provenance("python -m dpviz study run noise", store, res.run_ids())
+    path = study_results.save(res, store.root)
+    assert path == tmp_path / "store" / "studies" / "noise_default.json"
+    doc = json.loads(path.read_text())
+    assert doc["cells"][0]["runs"]["1"]["values"]["accuracy"] == 0.6  # a number, not a string
+    assert set(doc["provenance"]) >= {"command", "dpviz", "commit", "machine", "device", "date", "store"}
+    assert "±" not in path.read_text()  # no display string is stored
+    back = study_results.load("noise", "default", store_root=store.root, shipped=False)
+    assert back.values(dict(noise_cell(1.0, 1)), "accuracy") == [0.5, 0.6]
+
+
+def test_a_store_cell_replaces_the_shipped_one_cell_by_cell(tmp_path):
+    shipped = studies.stored("noise", task="real-text")
+    assert shipped.cells and {e["source"] for e in shipped.cells.values()} == {"shipped"}
+    assert shipped.shipped_provenance["per_seed"] == "lost"  # converted from a table of means: said
+    one = next(iter(shipped.cells.values()))["cell"]
+    mine = study_results.Results(study="noise", task="real-text")
+    mine.add(one, 0, run_id="r0", config="c", values={"accuracy": 0.99})
+    study_results.save(mine, tmp_path)
+    merged = study_results.load("noise", "real-text", store_root=tmp_path)
+    assert merged.source(one) == "store" and merged.stats(one, "accuracy") == (0.99, 0.0, 1)
+    others = [e for k, e in merged.cells.items() if k != studies.cell_key(one)]
+    assert others and {e["source"] for e in others} == {"shipped"}
+
+
+def test_every_shipped_results_file_reads_and_names_a_registered_study():
+    names = study_results.shipped_names()
+    assert {"noise_default", "split_default", "noise_real-vision", "split_real-vision"} <= set(names), names
+    for name in names:
+        res = study_results.shipped_file(name)
+        assert res is not None and res.study in studies.STUDIES and res.cells, name
+        assert study_results.results_name(res.study, res.task, res.scale, res.sets) == name
+        verdict, _ = studies.reading(res.study, res)
+        assert verdict != "not read", name
+    kept = study_results.shipped_file("noise_default")
+    assert kept.provenance["per_seed"] == "kept" and all(e["runs"] for e in kept.cells.values())
+
+
+def test_a_study_refuses_bad_input_in_one_line_before_anything_trains(tmp_path):
+    with pytest.raises(ConfigError, match="^study: one of noise, split"):
+        studies.get("nope")
+    with pytest.raises(ConfigError, match="^vary: one of this study's axes"):
+        runner.plan(studies.get("noise"), vary={"eps": (1,)})
+    with pytest.raises(ConfigError, match="^scale: a size default has"):
+        runner.plan(studies.get("noise"), scale="large")
+    with pytest.raises(ConfigError, match="^keep: one of all, results"):
+        studies.run("noise", keep="some", cache_dir=tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_cells_that_set_the_same_fields_are_one_and_seeds_are_outermost():
+    items = runner.plan(studies.get("noise"), seeds=(0, 1), vary={"family": ("bandmf", "bandmf-momentum")})
+    assert len(items) == 2 * 2 * 5  # DP-SGD once per ε, not once per correlated family
+    assert [it.seed for it in items] == [0] * 10 + [1] * 10
+    assert {it.config.mechanism for it in items} == {"dp-sgd", "bandmf", "bandmf-momentum"}
+
+
+TINY = {"train_size": 200, "epochs": 1, "batch_size": 50}
+
+
+@pytest.mark.slow
+def test_a_study_trains_each_configuration_once_and_a_stopped_study_resumes(cache_dir):
+    """Two ε × DP-SGD, one seed, on 200 digits: a first pass stopped after its first run, then the same call
+    trains only the other; a third call trains nothing (the results file answers)."""
+    from dpviz.store import Store
+
+    kw = dict(task="default", seeds=(0,), sets=TINY, vary={"bands": (1,)}, cache_dir=cache_dir)
+    import threading
+
+    stop = threading.Event()
+    seen = []
+
+    def progress(done, total, label):
+        seen.append(done)
+        if done == 1:
+            stop.set()
+
+    first = studies.run("noise", cancel=stop, progress=progress, **kw)
+    assert len(first.run_ids()) == 1 and len(Store(cache_dir).list_runs()) == 1
+    second = studies.run("noise", **kw)
+    assert len(second.run_ids()) == 2 and len(Store(cache_dir).list_runs()) == 2
+    assert second.run_ids()[0] == first.run_ids()[0]  # the first run answered, not trained again
+    third = studies.run("noise", **kw)
+    assert third.run_ids() == second.run_ids() and len(Store(cache_dir).list_runs()) == 2
+    for e in third.cells.values():
+        v = e["runs"]["0"]["values"]
+        assert 0 < v["accuracy"] <= 1 and v["epsilon_spent"] <= e["cell"]["epsilon"]
+
+
+@pytest.mark.slow
+def test_a_study_cut_into_three_pieces_carrying_only_what_keep_results_keeps_gives_the_uncut_results(tmp_path,
+                                                                                                    backbone_cache):
+    """The same three runs uncut, and in pieces of a few seconds, each piece in a fresh store that receives
+    only the previous piece's store after pruning (its results file, database and the unfinished run's
+    snapshot): the same cells, seeds, configurations and numbers."""
+    kw = dict(task="default", seeds=(0,), sets={**TINY, "train_size": 800, "checkpoint_every": 4},
+              vary={"bands": (1, 2), "epsilon": (1.0, 8.0)})
+
+    def fresh(name):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "backbones").symlink_to(backbone_cache)
+        return d
+
+    uncut = studies.run("noise", cache_dir=fresh("uncut"), **kw)
+    total = len(runner.plan(studies.get("noise"), **{k: v for k, v in kw.items()}))
+    prev, pieces, carried, mid_run = None, 0, [], 0
+    while True:
+        here = fresh(f"piece{pieces}")
+        if prev is not None:  # what the previous piece kept, and nothing else
+            for p in prev.iterdir():
+                if p.name != "backbones":
+                    (shutil.copytree if p.is_dir() else shutil.copy2)(p, here / p.name)
+        res = studies.run("noise", cache_dir=here, keep="results", stop_after=1.5, **kw)
+        pieces += 1
+        carried.append(sum(f.stat().st_size for f in here.rglob("*") if f.is_file() and "backbones" not in f.parts))
+        from dpviz.store import Store
+
+        st = Store(here)
+        for rid in res.run_ids():  # every run read is pruned: no checkpoint's features or weights travel
+            assert st.feature_steps(rid) == [] and st.weight_steps(rid) == []
+        mid_run += any(st.has_resume(r["run_id"]) for r in st.list_runs() if r["run_id"] not in res.run_ids())
+        if len(res.run_ids()) == total:
+            break
+        assert pieces < 20, "the pieces make no progress"
+        prev = here
+    assert pieces >= 3 and mid_run >= 1, (pieces, mid_run)  # a run stopped mid-way travelled and went on
+    assert max(carried) < 20 * 2**20, carried  # tens of MiB at most between pieces
+    for k, e in uncut.cells.items():
+        mine = res.cells[k]["runs"]["0"]
+        assert mine["config"] == e["runs"]["0"]["config"]
+        for name, v in e["runs"]["0"]["values"].items():
+            assert mine["values"][name] == pytest.approx(v, abs=1e-6), (k, name)
