@@ -60,6 +60,15 @@ def render_results(res, key: str, figure: bool = True) -> None:
         caption = f"{study.title} on {res.task}: {sentence} Numbers from {sources(res)}"
         runs.render_export(fig, pd.DataFrame(rows, columns=cols), [], f"dpviz_study_{name_of(res)}", f"{key}-exp",
                            private=bool(private), caption=caption)
+    if figure:
+        from dpviz import report
+
+        def make(fmt: str) -> bytes:
+            page = report.study_report(res)[1]
+            return page.encode() if fmt == "html" else report.pdf_bytes(page)
+
+        runs.export_row(make, f"dpviz_report_{name_of(res)}", f"{key}-report", formats=("html", "pdf"),
+                        label="Report {fmt}")
     with st.expander(f"the numbers ({name_of(res)}: {len(rows)} cells)"):
         st.dataframe(pd.DataFrame(rows, columns=cols), hide_index=True, key=f"{key}-table")
         if private:

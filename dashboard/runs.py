@@ -167,7 +167,25 @@ def render_run_table() -> list[str]:
     selected = [df.loc[i, "run_id"] for i in ev.selection.rows]
     for rid in selected or list(df["run_id"][:1]):  # the selected runs' ε, else the newest run's
         render_release(store.get_run(rid))
+    render_report(selected or list(df["run_id"][:1]), "runs_report")
     return selected
+
+
+def render_report(run_ids: list[str], key: str) -> None:
+    """A report of ``run_ids`` (`dpviz.report`): one self-contained HTML file, or the same page as a PDF,
+    prepared in the background as the figure exports are."""
+    from dpviz import report
+
+    store = state.store()
+    name, _ = f"dpviz_report_{'_'.join(run_ids)}"[:90], None
+
+    def make(fmt: str) -> bytes:
+        page = report.runs_report(store, run_ids)[1]
+        return page.encode() if fmt == "html" else report.pdf_bytes(page)
+
+    st.caption(f"**Report** of {', '.join(run_ids)}: configuration, privacy statement, figures, results and the "
+               "command that reproduces it, as one file.")
+    export_row(make, name, key, formats=("html", "pdf"), label="Report {fmt}")
 
 
 def release_lines(summary: dict) -> list[str]:
@@ -238,7 +256,7 @@ def _export_pool():
     return ThreadPoolExecutor(1, thread_name_prefix="dpviz-export")
 
 
-def export_row(make, name: str, key: str) -> None:
+def export_row(make, name: str, key: str, formats=(*export.FORMATS, "csv"), label: str = "{fmt}") -> None:
     """One button per format; a click prepares that file (``make(fmt)``) in the background, with a count, and
     the browser saves it once it is ready.
 
@@ -249,8 +267,8 @@ def export_row(make, name: str, key: str) -> None:
     every redraw."""
     busy = _preparing(st.session_state.get(f"_export-{key}"))
     row = st.container(horizontal=True)  # wraps where a figure's column is too narrow for five buttons
-    for fmt in (*export.FORMATS, "csv"):
-        if row.button(fmt.upper(), key=f"{key}-{fmt}", disabled=busy) and not busy:
+    for fmt in formats:
+        if row.button(label.format(fmt=fmt.upper()), key=f"{key}-{fmt}", disabled=busy) and not busy:
             st.session_state[f"_export-{key}"] = {"fmt": fmt, "name": export.safe_filename(name, fmt),
                                                   "since": time.time(), "token": uuid.uuid4().hex,
                                                   "future": _export_pool().submit(make, fmt)}

@@ -19,13 +19,13 @@ import sys
 from dpviz import catalog
 from dpviz.errors import DpvizError
 from dpviz.store import no_new_store_on_error
-from dpviz.cli import audit, info, runs, studies, sweeps, verify
+from dpviz.cli import audit, info, report, runs, studies, sweeps, verify
 from dpviz.cli.common import Parser, fail
 
 # The order ``--help`` lists them in.
 ORDER = ("run", "audit", "theory", "list", "show", "verify", "delete", "analyze", "sweep", "tune", "worker", "accountants",
-         "strategies", "features", "reproduce", "study")
-PARSERS = {**runs.PARSERS, **audit.PARSERS, **sweeps.PARSERS, **info.PARSERS, **verify.PARSERS, **studies.PARSERS}
+         "strategies", "features", "reproduce", "study", "report")
+PARSERS = {**runs.PARSERS, **audit.PARSERS, **sweeps.PARSERS, **info.PARSERS, **verify.PARSERS, **studies.PARSERS, **report.PARSERS}
 
 
 def build_parser() -> Parser:

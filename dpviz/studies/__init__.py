@@ -10,7 +10,8 @@ own named in ``DPVIZ_PLUGINS`` registers one the same way.
   study resumes.
 * `stored` reads the results so far, training nothing; the shipped results answer where the store has none.
 
-Built in: ``noise`` (DP-SGD beside BandMF's correlated noise) and ``split`` (the best LP share per mechanism).
+Built in: ``noise`` (DP-SGD beside BandMF's correlated noise), ``split`` (the best LP share per mechanism),
+``parts`` (BandMF's independent parts beside an equal split) and ``lora`` (DP-LoRA's rank).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dpviz.studies.results import Results, load, results_name, save
 STUDIES: dict[str, Study] = {}
 """The registered studies by name, in registration order."""
 
-AXIS_LABELS = {"epsilon": "ε", "bands": "bands b (1: DP-SGD)", "lp_fraction": "LP share p", "family": "correlated noise",
+AXIS_LABELS = {"epsilon": "ε", "parts": "BandMF parts", "lora_rank": "LoRA rank r", "bands": "bands b (1: DP-SGD)", "lp_fraction": "LP share p", "family": "correlated noise",
                "strategy": "strategy", "mechanism": "mechanism"}
 
 
@@ -99,7 +100,8 @@ def reading(study, results: Results) -> tuple[str, str]:
     return study.read(results)
 
 
-from dpviz.studies import noise, split  # noqa: E402,F401  (the built-in studies register themselves)
+from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in studies register themselves)
+from dpviz.studies import parts, lora  # noqa: E402,F401,I001
 
 __all__ = ["AXIS_LABELS", "available", "Measure", "Results", "STUDIES", "Study", "axis_label", "cell_key", "get", "load",
            "names", "parse_value", "reading", "register_study", "results_name", "run", "save", "stored"]
