@@ -60,7 +60,15 @@ if base and st.button(f"Launch sweep ({len(eps) * len(fractions) * len(seeds)} r
 st.subheader("2 · Utility curve")
 study = studies.pick("budget", "bu_study")
 if study is None:
-    st.info("No budget sweep yet: launch one above (or `python -m dpviz sweep budget …`).")
+    st.info("No budget sweep yet: launch one above (or `python -m dpviz sweep budget …`). Until then, the ε × LP-share "
+            "trade-off as the `split` study measured it, per mechanism (shipped with dpviz, or your own runs of it "
+            "from the Studies page):")
+    from dashboard import findings
+    from dpviz import studies as registered
+
+    for i, res in enumerate(r for r in registered.available(store_root=state.store().root) if r.study == "split"):
+        st.markdown(f"*{findings.heading(res)} on {res.task}*")
+        findings.render_results(res, f"bu_split_{i}")
     st.stop()
 name = study.study_name
 

@@ -202,3 +202,25 @@ def test_a_study_cut_into_three_pieces_carrying_only_what_keep_results_keeps_giv
         assert mine["config"] == e["runs"]["0"]["config"]
         for name, v in e["runs"]["0"]["values"].items():
             assert mine["values"][name] == pytest.approx(v, abs=1e-6), (k, name)
+
+
+try:  # the dashboard's test helpers
+    from test_app import app_env, open_page  # noqa: F401
+except ImportError:
+    pass
+
+
+def test_a_fresh_store_reads_the_shipped_studies_on_the_reproduction_and_budget_pages(app_env):
+    """Nothing trained: the Reproduction page reads every study shipped for the chosen task, with where its numbers
+    come from, and the Budget page shows the ε × LP-share trade-off of the split study until a sweep exists."""
+    at = open_page("pages/reproduction.py")
+    at.selectbox(key="re_noise_task").set_value("real-vision").run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [m.value for m in at.markdown]
+    assert any(m.startswith("*DP-SGD beside BandMF (at medium)*") for m in said), said
+    assert any("the best LP share is p = 0.2 under DP-SGD" in m for m in said), said
+    assert any("*shipped with dpviz*" in c.value and "per-seed values lost" in c.value for c in at.caption)
+    at = open_page("pages/budget.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("*The best LP share per mechanism on default*" == m.value for m in at.markdown)
+    assert any("python -m dpviz study run split --task default --seeds 0 1 2" in c.value for c in at.caption)
