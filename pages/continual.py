@@ -69,4 +69,11 @@ if pairs:
 else:
     st.info("No continual run in the store yet: launch the pair above (their states show above while they wait "
             "and train). Their accuracy curves, the switch to private data and the decelerator that chose it "
-            "appear here.", icon=":material/info:")
+            "appear here. Until then, the `public-first` study's pairs over seeds (shipped with dpviz, or your own "
+            "runs of it from the Studies page):", icon=":material/info:")
+    from dashboard import findings
+    from dpviz import studies
+
+    for i, res in enumerate(r for r in studies.available(store_root=store.root) if r.study == "public-first"):
+        st.markdown(f"*{findings.heading(res)} on {res.task}*")
+        findings.render_results(res, f"cu_study_{i}")

@@ -96,7 +96,8 @@ def test_a_store_cell_replaces_the_shipped_one_cell_by_cell(tmp_path):
 
 def test_every_shipped_results_file_reads_and_names_a_registered_study():
     names = study_results.shipped_names()
-    assert {"noise_default", "split_default", "noise_real-vision", "split_real-vision"} <= set(names), names
+    assert {"noise_default", "split_default", "parts_default", "lora_default", "public-first_default",
+            "noise_real-vision", "split_real-vision"} <= set(names), names
     for name in names:
         res = study_results.shipped_file(name)
         assert res is not None and res.study in studies.STUDIES and res.cells, name
@@ -224,3 +225,6 @@ def test_a_fresh_store_reads_the_shipped_studies_on_the_reproduction_and_budget_
     assert not at.exception, [e.value for e in at.exception]
     assert any("*The best LP share per mechanism on default*" == m.value for m in at.markdown)
     assert any("python -m dpviz study run split --task default --seeds 0 1 2" in c.value for c in at.caption)
+    at = open_page("pages/continual.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(m.value.startswith("**Reading.** *public first") for m in at.markdown), [m.value for m in at.markdown]
