@@ -122,30 +122,18 @@ def render_private_searches() -> None:
 
 
 def render_comparison() -> None:
-    """The measured comparison of one `auto` run, a private search and a fixed-count search at one total ε
-    (`bench/run_private_tuning.py` writes it), with which wins at each ε, read off the table itself."""
-    import json
-    from pathlib import Path
+    """The `private-tuning` study: one `auto` run, a private search and a fixed-count search at one total ε, with
+    which releases the most accurate model at each ε (shipped with dpviz, or the user's own runs of it)."""
+    from dashboard import findings
+    from dpviz import studies
 
-    files = sorted((Path(__file__).resolve().parents[1] / "bench" / "results").glob("private_tuning_*.json"))
-    if not files:
+    found = [r for r in studies.available(store_root=state.store().root) if r.study == "private-tuning"]
+    if not found:
         return
     with st.expander("Measured: one auto run vs a private search vs a fixed count, at the same total ε"):
-        for f in files:
-            r = json.loads(f.read_text())
-            st.markdown(f"**{r['title']}** — `{r['command']}`, {r['date']}, {r['machine']}")
-            st.dataframe([dict(zip(r["columns"], row)) for row in r["rows"]], hide_index=True)
-            st.caption(comparison_reading(r["rows"]) + " " + r.get("notes", ""))
-
-
-def comparison_reading(rows: list[list[str]]) -> str:
-    """Per total ε, the method with the highest mean test accuracy and its lead over the next."""
-    out = []
-    for eps in dict.fromkeys(r[0] for r in rows):
-        ranked = sorted(((float(r[2].split(" ± ")[0]), r[1]) for r in rows if r[0] == eps), reverse=True)
-        out.append(f"At ε = {eps}, {ranked[0][1]} wins ({ranked[0][0]:.3f}, {ranked[0][0] - ranked[1][0]:+.3f} over "
-                   f"{ranked[1][1]}).")
-    return " ".join(out)
+        for i, res in enumerate(found):
+            st.markdown(f"*{findings.heading(res)} on {res.task}*")
+            findings.render_results(res, f"tu_study_{i}")
 
 
 def render_search_cost(cost: dict | None) -> None:

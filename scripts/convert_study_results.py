@@ -36,6 +36,29 @@ def _mechanism(text: str) -> dict:
     return {"bands": int(b), "family": family}
 
 
+TUNING_METHODS = {"(a)": "auto", "(b)": "negative-binomial", "(c)": "fixed"}
+
+
+def convert_tuning(path: Path) -> Path:
+    """A ``private_tuning_<task>.json`` table, whose "per seed" column kept each seed's accuracy: per-seed cells
+    (no run ids were recorded), the real-text task at the scorecard's small size as the script ran it."""
+    doc = json.loads(path.read_text())
+    task = path.stem.removeprefix("private_tuning_")
+    seeds = [int(s) for s in re.search(r"seeds \(([\d, ]+)\)", doc["notes"]).group(1).split(",")]
+    res = results.Results(study="private-tuning", task=task, scale=None if task == "default" else "small", seeds=seeds)
+    for row in doc["rows"]:
+        cell = {"epsilon": float(row[0]), "method": TUNING_METHODS[row[1][:3]]}
+        for seed, v in zip(seeds, row[3].split()):
+            res.add(cell, seed, run_id="not recorded", config="not recorded", values={"accuracy": float(v)})
+    res.provenance = {"command": doc["command"], "dpviz": "not recorded", "commit": "not recorded",
+                      "machine": doc["machine"], "device": "no GPU" if "no GPU" in doc["machine"] else "not recorded",
+                      "date": doc["date"], "store": "not recorded", "per_seed": "kept",
+                      "converted_from": f"bench/results/{path.name}"}
+    out = results.SHIPPED / f"{results.results_name(res.study, task, res.scale, {})}.json"
+    out.write_text(json.dumps(res.to_json(), indent=1, ensure_ascii=False) + "\n")
+    return out
+
+
 def _asked(command: str) -> tuple[str, str, str | None, dict]:
     """(study, task, scale, sets) of an old script's command line."""
     words = command.split()
@@ -75,4 +98,5 @@ def convert(path: Path) -> Path:
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
-        print(convert(Path(name).resolve()))
+        path = Path(name).resolve()
+        print(convert_tuning(path) if path.stem.startswith("private_tuning_") else convert(path))

@@ -578,14 +578,16 @@ def test_tuning_page_runs_a_private_search_within_one_total_and_lists_it(app_env
 
 
 def test_tuning_page_shows_the_measured_comparison_and_which_wins(app_env):
-    import json
+    from dpviz import studies
 
     at = open_page("pages/tuning.py")
-    shipped = json.loads((ROOT / "bench" / "results" / "private_tuning_default.json").read_text())
-    readings = [c.value for c in at.caption if " wins (" in c.value]
-    assert readings and all(f"At ε = {row[0]}" in readings[0] for row in shipped["rows"])
+    assert not at.exception, [e.value for e in at.exception]
+    shipped = studies.stored("private-tuning", task="default")
+    verdict, sentence = studies.reading("private-tuning", shipped)
+    assert any(m.value == f"**Reading.** *{verdict}*. {sentence}" for m in at.markdown), [m.value for m in at.markdown]
     tables = [d.value for d in at.dataframe if "what is released" in d.value.columns]
-    assert tables and list(tables[0]["test accuracy (mean ± std)"]) == [r[2] for r in shipped["rows"]]
+    cell = {"epsilon": 1.0, "method": "auto"}
+    assert tables and shipped.text(cell, "accuracy") in list(tables[0]["test accuracy of the release"])
 
 
 def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):

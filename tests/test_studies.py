@@ -228,3 +228,40 @@ def test_a_fresh_store_reads_the_shipped_studies_on_the_reproduction_and_budget_
     at = open_page("pages/continual.py")
     assert not at.exception, [e.value for e in at.exception]
     assert any(m.value.startswith("**Reading.** *public first") for m in at.markdown), [m.value for m in at.markdown]
+
+
+def test_the_parts_reading_tests_the_gap_paired_by_seed():
+    cell = lambda eps, parts: (("epsilon", eps), ("parts", parts), ("bands", 4))  # noqa: E731
+    # the same seeds under both assignments: a constant +0.010 gap is beyond chance though the seeds' spread is wide
+    values = {cell(1.0, "independent"): {"accuracy": [0.61, 0.66, 0.71]},
+              cell(1.0, "equal"): {"accuracy": [0.60, 0.651, 0.699]}}
+    verdict, text = studies.reading("parts", planted("parts", values))
+    assert verdict == "independent parts gain accuracy", (verdict, text)
+    assert "+0.010 ± 0.001 over 3 paired seeds; paired t = " in text and "beyond chance at 95 %" in text, text
+    values[cell(1.0, "equal")] = {"accuracy": [0.62, 0.64, 0.72]}  # the gap changes sign from seed to seed
+    assert studies.reading("parts", planted("parts", values))[0] == "no difference beyond chance"
+
+
+def test_the_lora_public_first_and_private_tuning_readings_follow_their_numbers():
+    lora = {(("lora_rank", r), ("epsilon", 8.0)): {"accuracy": [a - 0.01, a, a + 0.01]}
+            for r, a in ((1, 0.65), (8, 0.72))}
+    verdict, text = studies.reading("lora", planted("lora", lora))
+    assert verdict == "the rank matters" and "At ε = 8 rank 8 is the most accurate (0.720 ± 0.010)" in text, text
+    pub = {(("epsilon", 1.0), ("strategy", "continual")): {"accuracy": [0.50, 0.52, 0.54]},
+           (("epsilon", 1.0), ("strategy", "fft")): {"accuracy": [0.60, 0.61, 0.62]}}
+    verdict, text = studies.reading("public-first", planted("public-first", pub))
+    assert verdict == "public first hurts" and "(-9.0 points, beyond the spread)" in text, text
+    tune = {(("epsilon", 1.0), ("method", "auto")): {"accuracy": [0.63, 0.64, 0.65]},
+            (("epsilon", 1.0), ("method", "fixed")): {"accuracy": [0.36, 0.41, 0.46]},
+            (("epsilon", 8.0), ("method", "auto")): {"accuracy": [0.80, 0.81, 0.82]},
+            (("epsilon", 8.0), ("method", "negative-binomial")): {"accuracy": [0.79, 0.80, 0.84]}}
+    verdict, text = studies.reading("private-tuning", planted("private-tuning", tune))
+    assert verdict == "public rates win", (verdict, text)
+    tune[(("epsilon", 8.0), ("method", "negative-binomial"))] = {"accuracy": [0.88, 0.89, 0.90]}
+    assert studies.reading("private-tuning", planted("private-tuning", tune))[0] == "a search wins"
+
+
+def test_a_study_whose_cells_differ_only_in_how_they_run_keeps_them_apart():
+    items = runner.plan(studies.get("private-tuning"), seeds=(0,))
+    assert [it.cell["method"] for it in items] == ["auto", "negative-binomial", "fixed"] * 2
+    assert len({it.config.hash() for it in items}) == 2  # one configuration per ε, three ways to release it

@@ -52,18 +52,23 @@ def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default
     n_seeds = len(next(iter(groups.values()), []))
     if n_seeds < 2:  # no spread to compare a difference with: any difference decides the verdict
         reading += f" {ONE_SEED}"
-    stats = {g: dict(zip(("mean", "std"), mean_std(v))) for g, v in m.get("groups", {}).items()}
+    stats = {g: _stat(v) for g, v in m.get("groups", {}).items()}
     if "curves" in m:
-        stats = {f"ε={e} p={p:g}": dict(zip(("mean", "std"), mean_std(v))) for e, c in m["curves"].items()
-                 for p, v in sorted(c.items())}
+        stats = {f"ε={e} p={p:g}": _stat(v) for e, c in m["curves"].items() for p, v in sorted(c.items())}
     if "dips" in m:
-        stats = {f"{g} kNN dip": dict(zip(("mean", "std"), mean_std(v))) for g, v in m["dips"].items()}
+        stats = {f"{g} kNN dip": _stat(v) for g, v in m["dips"].items()}
     if "dominant" in m:
         stats = {"decelerator dominant (share)": {"mean": float(np.mean([d == "decelerator" for d in m["dominant"]]
                                                                           or [0.0])), "std": 0.0}}
     return {**_header(claim, task, scale), "verdict": verdict, "reading": reading, "measured": stats, "private_statistics": claim.private,
             **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": n_seeds,
             "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}, **curves(m)}
+
+
+def _stat(values) -> dict:
+    """Mean and std of a group's per-seed values, with the values themselves (seed order), so a reading can
+    recompute a spread or test a difference from a row."""
+    return {**dict(zip(("mean", "std"), mean_std(values))), "values": [float(v) for v in values]}
 
 
 def curves(m: dict) -> dict:

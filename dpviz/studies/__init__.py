@@ -12,7 +12,7 @@ own named in ``DPVIZ_PLUGINS`` registers one the same way.
 
 Built in: ``noise`` (DP-SGD beside BandMF's correlated noise), ``split`` (the best LP share per mechanism),
 ``parts`` (BandMF's independent parts beside an equal split), ``lora`` (DP-LoRA's rank) and
-``public-first`` (public, then private, beside pure DP-FFT).
+``public-first`` (public, then private, beside pure DP-FFT) and ``private-tuning`` (tuning within one total ε).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def reading(study, results: Results) -> tuple[str, str]:
 
 
 from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in studies register themselves)
-from dpviz.studies import parts, lora, public  # noqa: E402,F401,I001
+from dpviz.studies import parts, lora, public, tuning  # noqa: E402,F401,I001
 
 __all__ = ["AXIS_LABELS", "available", "Measure", "Results", "STUDIES", "Study", "axis_label", "cell_key", "get", "load",
            "names", "parse_value", "reading", "register_study", "results_name", "run", "save", "stored"]

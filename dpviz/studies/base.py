@@ -60,6 +60,9 @@ class Study:
         figure: `Results` → a plotly figure (None: the study draws none).
         seed_paper: the seed paper (``000`` … ``004``) whose question it asks again, or "".
         show: a cell → {column: text} for tables (default: one column per axis).
+        execute: (cell, config, store, cancel) → the summary of what the cell releases, for a cell that is more
+            than one run (a private search over the config's rates); None: the run of its config.
+        kinds: axes that set no field but choose how `execute` treats a cell (so cells apart in them stay apart).
     """
 
     name: str
@@ -74,6 +77,8 @@ class Study:
     figure: Callable | None = None
     seed_paper: str = ""
     show: Callable[[dict], dict] | None = None
+    execute: Callable | None = None
+    kinds: tuple[str, ...] = ()
 
     def columns(self, cell: dict) -> dict:
         """A cell as its table shows it: column → text (`show`, else one column per axis)."""
@@ -87,7 +92,7 @@ class Study:
         out, seen = [], set()
         for values in itertools.product(*axes.values()):
             cell = dict(zip(axes, values))
-            same = json.dumps(self.fields(cell), sort_keys=True, default=str)
+            same = json.dumps([self.fields(cell), [cell[k] for k in self.kinds]], sort_keys=True, default=str)
             if same not in seen:  # cells that set the same fields are one (DP-SGD under every correlated family)
                 seen.add(same)
                 out.append(cell)

@@ -136,8 +136,9 @@ def run(study: Study | str, *, task: str = "default", scale: str | None = None, 
         if cancel is not None and cancel.is_set() or deadline and deadline.due:
             break
         try:
-            summary = run_one(it.config, store=store, cancel=cancel, resume=True, rates=rates,
-                              **(deadline.watch() if deadline else {}))
+            summary = (study.execute(it.cell, it.config, store, cancel) if study.execute else
+                       run_one(it.config, store=store, cancel=cancel, resume=True, rates=rates,
+                               **(deadline.watch() if deadline else {})))
         except Cancelled:
             break
         finally:
@@ -149,7 +150,7 @@ def run(study: Study | str, *, task: str = "default", scale: str | None = None, 
         res.add(it.cell, it.seed, run_id=summary["run_id"], config=it.config.hash(), values=values)
         res.provenance = _results.provenance(command, store, res.run_ids())
         _results.save(res, store.root)
-        if keep == "results":
+        if keep == "results" and summary["run_id"] in {r["run_id"] for r in store.list_runs()}:
             store.prune_files(summary["run_id"])
         done += 1
     if progress:
