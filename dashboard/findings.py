@@ -10,7 +10,6 @@ import pandas as pd
 import streamlit as st
 
 from dpviz import studies
-from dpviz.studies import results as study_results
 
 from . import layout
 
@@ -22,7 +21,7 @@ def shown(v) -> str:
 
 def name_of(res) -> str:
     """The results' file name (study, task, size, fields set)."""
-    return study_results.results_name(res.study, res.task, res.scale, res.sets)
+    return studies.results_name(res.study, res.task, res.scale, res.sets)
 
 
 def heading(res) -> str:
@@ -38,9 +37,9 @@ def sources(res) -> str:
     cells = [e.get("source") for e in res.cells.values()]
     said = []
     if "store" in cells:
-        said.append(f"*this store* ({cells.count('store')} cells): {study_results.said(res.provenance)}")
+        said.append(f"*this store* ({cells.count('store')} cells): {studies.said(res.provenance)}")
     if "shipped" in cells:
-        said.append(f"*shipped with dpviz* ({cells.count('shipped')} cells): {study_results.said(res.shipped_provenance)}")
+        said.append(f"*shipped with dpviz* ({cells.count('shipped')} cells): {studies.said(res.shipped_provenance)}")
     return "; ".join(said) + "."
 
 
@@ -61,11 +60,9 @@ def render_results(res, key: str, figure: bool = True) -> None:
         runs.render_export(fig, pd.DataFrame(rows, columns=cols), [], f"dpviz_study_{name_of(res)}", f"{key}-exp",
                            private=bool(private), caption=caption)
     if figure:
-        from dpviz import report
-
         def make(fmt: str) -> bytes:
-            page = report.study_report(res)[1]
-            return page.encode() if fmt == "html" else report.pdf_bytes(page)
+            page = studies.study_report(res)[1]
+            return page.encode() if fmt == "html" else studies.report_pdf(page)
 
         runs.export_row(make, f"dpviz_report_{name_of(res)}", f"{key}-report", formats=("html", "pdf"),
                         label="Report {fmt}")

@@ -172,16 +172,16 @@ def render_run_table() -> list[str]:
 
 
 def render_report(run_ids: list[str], key: str) -> None:
-    """A report of ``run_ids`` (`dpviz.report`): one self-contained HTML file, or the same page as a PDF,
+    """A report of ``run_ids`` (`dpviz.studies.runs_report`): one self-contained HTML file, or the same page as a PDF,
     prepared in the background as the figure exports are."""
-    from dpviz import report
+    from dpviz import studies
 
     store = state.store()
     name, _ = f"dpviz_report_{'_'.join(run_ids)}"[:90], None
 
     def make(fmt: str) -> bytes:
-        page = report.runs_report(store, run_ids)[1]
-        return page.encode() if fmt == "html" else report.pdf_bytes(page)
+        page = studies.runs_report(store, run_ids)[1]
+        return page.encode() if fmt == "html" else studies.report_pdf(page)
 
     st.caption(f"**Report** of {', '.join(run_ids)}: configuration, privacy statement, figures, results and the "
                "command that reproduces it, as one file.")

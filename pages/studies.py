@@ -6,7 +6,6 @@ import streamlit as st
 from dashboard import findings, layout, state
 from dpviz import reproduce, studies, tasks
 from dpviz.errors import ConfigError
-from dpviz.studies import runner
 
 layout.page_setup("Studies", r"""
 A **study** is a comparison declared once: a grid of runs over the variables it compares (ε, the mechanism, the
@@ -35,19 +34,17 @@ with st.expander("axes and fields set on every run"):
                               help="e.g. train_size=200, or your own data: dataset=imagefolder data_dir=/path")
 
 try:
-    from dpviz.cli.info import parse_changes
-
-    sets = parse_changes(sets_text.split())
+    sets = studies.parse_sets(sets_text.split())
     vary = {a: tuple(studies.parse_value(v.strip()) for v in text.split(",") if v.strip())
             for a, text in vary_text.items()}
     vary = {a: v for a, v in vary.items() if tuple(v) != tuple(study.axes[a])}
-    done, total = runner.counts(study, task=task, scale=scale, seeds=tuple(range(seeds)), sets=sets, vary=vary,
+    done, total = studies.counts(study, task=task, scale=scale, seeds=tuple(range(seeds)), sets=sets, vary=vary,
                                 cache_dir=state.store().root)
 except ConfigError as e:
     layout.input_error(e)
     st.stop()
 
-command = runner.command_line(name, task, scale, list(range(seeds)), sets, vary, "all")
+command = studies.command_line(name, task, scale, list(range(seeds)), sets, vary, "all")
 t = state.task("study")
 running = state.running(t)
 go = st.columns([1, 4], vertical_alignment="center")

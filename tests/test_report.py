@@ -1,4 +1,4 @@
-"""A report, whole (`dpviz.report`): a study's and a run's, as one HTML file that opens offline in Chromium with
+"""A report, whole (`dpviz.studies.report`): a study's and a run's, as one HTML file that opens offline in Chromium with
 the network cut, and as a PDF whose pages are A4 images with nothing past their margins."""
 
 import json

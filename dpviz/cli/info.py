@@ -145,19 +145,10 @@ def cmd_strategies(args) -> int:
 
 
 def parse_changes(items) -> dict:
-    """``FIELD=VALUE`` words → {field: value} (JSON values as such, anything else as text)."""
-    from dpviz.config import RunConfig
+    """``FIELD=VALUE`` words → {field: value} (`dpviz.studies.parse_sets`)."""
+    from dpviz import studies
 
-    out = {}
-    for item in items or ():
-        name, eq, value = item.partition("=")
-        if not eq or name not in RunConfig.__dataclass_fields__:
-            raise ConfigError("set", "FIELD=VALUE with FIELD a RunConfig field", item)
-        try:
-            out[name] = json.loads(value)
-        except ValueError:
-            out[name] = value
-    return out  # a bad value is named when the scorecard plans its runs, before anything trains
+    return studies.parse_sets(items)
 
 
 def _list_claims(task: str, as_json: bool, scale: str = "small") -> int:

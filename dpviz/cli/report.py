@@ -1,4 +1,5 @@
-"""``python -m dpviz report RUN_ID…`` or ``--study NAME``: one self-contained HTML file and a PDF (`dpviz.report`)."""
+"""``python -m dpviz report RUN_ID…`` or ``--study NAME``: one self-contained HTML file and a PDF
+(`dpviz.studies.runs_report`, `study_report`)."""
 
 from __future__ import annotations
 
@@ -23,22 +24,21 @@ PARSERS = {"report": add_report}
 
 
 def cmd_report(args) -> int:
-    from dpviz import report, studies
+    from dpviz import studies
     from dpviz.store import Store
 
     if bool(args.run_ids) == bool(args.study):
         raise ConfigError("report", "run ids or --study NAME (one of the two)", " ".join(args.run_ids) or "nothing")
     if args.study:
-        from dpviz.cli.info import parse_changes
         from dpviz.tasks import task
 
         study = studies.get(args.study)
         task(args.task, "task")
-        res = studies.stored(study, task=args.task, scale=args.scale, sets=parse_changes(args.changes),
+        res = studies.stored(study, task=args.task, scale=args.scale, sets=studies.parse_sets(args.changes),
                              cache_dir=args.cache_dir)
-        name, page = report.study_report(res)
+        name, page = studies.study_report(res)
     else:
-        name, page = report.runs_report(Store(args.cache_dir), args.run_ids)
-    for path in report.write(name, page, args.out, pdf=not args.no_pdf):
+        name, page = studies.runs_report(Store(args.cache_dir), args.run_ids)
+    for path in studies.write_report(name, page, args.out, pdf=not args.no_pdf):
         print(path)
     return 0

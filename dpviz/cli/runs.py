@@ -344,12 +344,6 @@ def cmd_show(args) -> int:
     return 0
 
 
-def check_text(s: dict) -> str:
-    """The privacy check's line with its verdict ("privacy check passed: …"), or why there is none."""
-    chk = s.get("privacy_check")
-    return f"privacy check {chk['verdict']}: {release.check_line(s)}" if chk else release.check_line(s)
-
-
 def privacy_lines(s: dict, full: bool = False) -> list[str]:
     """What a run's ε covers, a short line each (`release.statement`): against whom, the neighbour relation, where
     its draws came from and its privacy check; ``full`` adds what it covers and what it does not."""
@@ -358,7 +352,7 @@ def privacy_lines(s: dict, full: bool = False) -> list[str]:
         return ["  privacy: none: trained without DP, so ε covers nothing this run releases"]
     lines = [f"  ε covers: {st['protects']}, against {st['against']}",
              f"  neighbours: {st['neighbours']} ({st['neighbours_meaning']})",
-             f"  randomness: {st['randomness_line']}", f"  {check_text(s)}"]
+             f"  randomness: {st['randomness_line']}", f"  {release.check_text(s)}"]
     if full:
         lines[1:1] = [f"  covered: {'; '.join(st['covered'])}",
                       f"  {release.NOT_COVERED}: {'; '.join(st['not_covered'])}"]

@@ -81,12 +81,11 @@ def _vary(items) -> dict:
 
 def _asked(args):
     from dpviz import studies
-    from dpviz.cli.info import parse_changes
     from dpviz.tasks import task
 
     study = studies.get(args.name)
     task(args.task, "task")
-    sets = parse_changes(args.changes)
+    sets = studies.parse_sets(args.changes)
     if getattr(args, "device", None):
         sets["device"] = args.device
     return study, sets
@@ -94,7 +93,6 @@ def _asked(args):
 
 def cmd_run(args) -> int:
     from dpviz import studies
-    from dpviz.studies import runner
 
     study, sets = _asked(args)
     if args.stop_after is not None and not 0 < args.stop_after < 10**6:
@@ -107,9 +105,9 @@ def cmd_run(args) -> int:
     res = studies.run(study, task=args.task, scale=args.scale, seeds=tuple(args.seeds), sets=sets, vary=vary,
                       cache_dir=args.cache_dir, keep=args.keep, progress=progress,
                       stop_after=None if args.stop_after is None else args.stop_after * 60,
-                      command=runner.command_line(study.name, args.task, args.scale, args.seeds, sets, vary,
+                      command=studies.command_line(study.name, args.task, args.scale, args.seeds, sets, vary,
                                                   args.keep))
-    read, total = runner.counts(study, task=args.task, scale=args.scale, seeds=tuple(args.seeds), sets=sets,
+    read, total = studies.counts(study, task=args.task, scale=args.scale, seeds=tuple(args.seeds), sets=sets,
                                 vary=vary, cache_dir=args.cache_dir)
     if read < total:
         print(f"dpviz: stopped with {read} of {total} runs read; the same command goes on (read runs answer from "
@@ -127,7 +125,6 @@ def cmd_show(args) -> int:
 
 def _say(study, res, as_json: bool) -> int:
     from dpviz import studies
-    from dpviz.studies import results
 
     verdict, sentence = studies.reading(study, res)
     private = [m.label for m in study.measures if m.private]
@@ -146,7 +143,7 @@ def _say(study, res, as_json: bool) -> int:
     if private:
         print(f"note: {', '.join(private)}: statistics of private data, NOT covered by the DP guarantee")
     if res.provenance:
-        print(f"from: {results.said(res.provenance)}")
+        print(f"from: {studies.said(res.provenance)}")
     if res.shipped_provenance and any(e.get("source") == "shipped" for e in res.cells.values()):
-        print(f"shipped cells from: {results.said(res.shipped_provenance)}")
+        print(f"shipped cells from: {studies.said(res.shipped_provenance)}")
     return 0

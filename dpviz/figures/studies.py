@@ -1,4 +1,4 @@
-"""Figures of the studies (`dpviz.studies`), drawn from their results' numbers: mean ± sd over seeds per cell,
+"""Figures of the studies (`dpviz.studies`), drawn from the numbers each study reads off its results: mean ± sd over seeds per cell,
 one colour per ε, one dash per mechanism (`style.MECHANISM_DASHES`)."""
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ def _eps_colours(values) -> dict:
     return {e: SERIES[i % len(SERIES)] for i, e in enumerate(sorted(set(values)))}
 
 
-def split_figure(res) -> go.Figure:
-    """Test accuracy over the LP share p, one line per (ε, mechanism), error bars one sd over seeds."""
-    from dpviz.studies.split import curves
-
-    got = curves(res)
+def split_figure(got: dict) -> go.Figure:
+    """Test accuracy over the LP share p, one line per (ε, mechanism), error bars one sd over seeds.
+    ``got``: (ε, mechanism) → [(p, (mean, sd, seeds))] in order of p."""
     colours = _eps_colours(e for e, _ in got)
     fig = go.Figure()
     for (eps, mech), pts in got.items():
@@ -30,18 +28,15 @@ def split_figure(res) -> go.Figure:
     return layout(fig, "Test accuracy over the LP share p<br>mean ± sd over seeds", "LP share p", "test accuracy")
 
 
-def noise_figure(res) -> go.Figure:
-    """Test accuracy per mechanism, one group of bars per ε, error bars one sd over seeds."""
-    from dpviz.studies.noise import _by_epsilon
-
-    got = _by_epsilon(res)
-    mechs = list(dict.fromkeys(m for rows in got.values() for m, _ in rows))
+def noise_figure(got: dict) -> go.Figure:
+    """Test accuracy per mechanism, one group of bars per ε, error bars one sd over seeds.
+    ``got``: ε → {mechanism: (mean, sd, seeds)}."""
+    mechs = list(dict.fromkeys(m for rows in got.values() for m in rows))
     fig = go.Figure()
     for i, mech in enumerate(mechs):
         xs, ys, es = [], [], []
         for eps, rows in got.items():
-            c = dict(rows).get(mech)
-            if c is not None and (st := res.stats(c, "accuracy")):
+            if (st := rows.get(mech)) is not None:
                 xs.append(f"ε = {eps:g}")
                 ys.append(st[0])
                 es.append(st[1])

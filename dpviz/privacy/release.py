@@ -86,3 +86,9 @@ def statement(summary: dict) -> dict:
             "neighbours": rel, "neighbours_meaning": bandmf.NEIGHBOURS[rel],
             "covered": covered, "not_covered": not_covered, "private_batch_metrics": list(PRIVATE_BATCH_METRICS),
             "randomness": rnd, "randomness_line": randomness.line(rnd)}
+
+
+def check_text(summary: dict) -> str:
+    """The privacy check's line with its verdict ("privacy check passed: …"), or why there is none."""
+    chk = summary.get("privacy_check")
+    return f"privacy check {chk['verdict']}: {check_line(summary)}" if chk else check_line(summary)

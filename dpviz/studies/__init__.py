@@ -17,92 +17,17 @@ Built in: ``noise`` (DP-SGD beside BandMF's correlated noise), ``split`` (the be
 
 from __future__ import annotations
 
-from dpviz.errors import ConfigError
-from dpviz.studies.base import Measure, Study, cell_key, parse_value
-from dpviz.studies.results import Results, load, results_name, save
-
-STUDIES: dict[str, Study] = {}
-"""The registered studies by name, in registration order."""
-
-AXIS_LABELS = {"epsilon": "ε", "parts": "BandMF parts", "lora_rank": "LoRA rank r", "bands": "bands b (1: DP-SGD)", "lp_fraction": "LP share p", "family": "correlated noise",
-               "strategy": "strategy", "mechanism": "mechanism"}
-
-
-def register_study(study: Study) -> Study:
-    """Add ``study`` to the registry (a name taken by another study is a `ConfigError`); returns it."""
-    if not isinstance(study, Study):
-        raise ConfigError("study", "a dpviz.studies.Study", type(study).__name__)
-    if study.name in STUDIES and STUDIES[study.name] is not study:
-        raise ConfigError("study", f"a name no other study has ({study.name} is registered already)", study.name)
-    STUDIES[study.name] = study
-    return study
-
-
-def get(name: str, field: str = "study") -> Study:
-    """The study called ``name``; a `ConfigError` naming ``field`` and the choices otherwise."""
-    if name not in STUDIES:
-        raise ConfigError(field, f"one of {', '.join(STUDIES)}", name)
-    return STUDIES[name]
-
-
-def names() -> list[str]:
-    return list(STUDIES)
-
-
-def axis_label(axis: str) -> str:
-    return AXIS_LABELS.get(axis, axis)
-
-
-def run(study, **kw) -> Results:
-    """Run a study (`dpviz.studies.runner.run`): ``dpviz.studies.run("noise", task="default", seeds=(0, 1, 2))``."""
-    from dpviz.studies.runner import run as _run
-
-    return _run(study, **kw)
-
-
-def stored(study, **kw) -> Results:
-    """A study's results so far, training nothing (`dpviz.studies.runner.stored`)."""
-    from dpviz.studies.runner import stored as _stored
-
-    return _stored(study, **kw)
-
-
-def available(task: str | None = None, *, store_root=None) -> list[Results]:
-    """Every study's results there are (on ``task``, or on every task): the shipped files and the store's, one
-    `Results` per (study, task, size, fields set), the store's cells over the shipped ones; registered studies
-    only, in registry order then by name."""
-    import json
-    from pathlib import Path
-
-    from dpviz.studies import results as _results
-
-    heads = {}
-    folders = [_results.SHIPPED] + ([Path(store_root) / "studies"] if store_root is not None else [])
-    for folder in folders:
-        for p in sorted(folder.glob("*.json")):
-            try:
-                d = json.loads(p.read_text())
-                key = (d["study"], d["task"], d.get("scale"), json.dumps(d.get("sets") or {}, sort_keys=True))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if d["study"] in STUDIES and (task is None or d["task"] == task):
-                heads[key] = (p.stem, d)
-    order = {n: i for i, n in enumerate(STUDIES)}
-    out = [_results.load(s, t, sc, json.loads(sets), store_root=store_root)
-           for (s, t, sc, sets) in sorted(heads, key=lambda k: (order[k[0]], k[1], k[2] or "", len(k[3]), k[3]))]
-    return [r for r in out if r.cells]
-
-
-def reading(study, results: Results) -> tuple[str, str]:
-    """(verdict, sentence) of ``results`` by ``study``'s reading; "not read" where no cell has numbers yet."""
-    study = get(study) if isinstance(study, str) else study
-    if not any(e.get("runs") or e.get("summary") for e in results.cells.values()):
-        return "not read", "No run of this study has finished yet."
-    return study.read(results)
-
+from dpviz.studies.base import Measure, Study, cell_key, parse_sets, parse_value
+from dpviz.studies.registry import (AXIS_LABELS, STUDIES, available, axis_label, get, names, reading, register_study,
+                                    run, stored)
+from dpviz.studies.results import Results, load, results_name, said, save
+from dpviz.studies.report import report_pdf, runs_report, study_report, write_report
+from dpviz.studies.runner import command_line, counts, plan
 
 from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in studies register themselves)
 from dpviz.studies import parts, lora, public, tuning  # noqa: E402,F401,I001
 
-__all__ = ["AXIS_LABELS", "available", "Measure", "Results", "STUDIES", "Study", "axis_label", "cell_key", "get", "load",
-           "names", "parse_value", "reading", "register_study", "results_name", "run", "save", "stored"]
+__all__ = ["AXIS_LABELS", "Measure", "Results", "STUDIES", "Study", "available", "axis_label", "cell_key",
+           "command_line", "counts", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",
+           "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "stored",
+           "study_report", "write_report"]

@@ -129,3 +129,21 @@ def parse_value(text: str):
     except ValueError:
         return text
     return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+
+
+def parse_sets(items) -> dict:
+    """``FIELD=VALUE`` words → {field: value} (JSON values as such, anything else as text); a word that is not
+    FIELD=VALUE with FIELD a `RunConfig` field is a `ConfigError` naming ``set``. A bad value is refused when the
+    study plans its runs, before anything trains."""
+    from dpviz.config import RunConfig
+
+    out = {}
+    for item in items or ():
+        name, eq, value = item.partition("=")
+        if not eq or name not in RunConfig.__dataclass_fields__:
+            raise ConfigError("set", "FIELD=VALUE with FIELD a RunConfig field", item)
+        try:
+            out[name] = json.loads(value)
+        except ValueError:
+            out[name] = value
+    return out

@@ -59,6 +59,6 @@ LORA = Study(
               Measure(name="epsilon_spent", label="ε spent")),
     measure=measure, read=read, seed_paper="003", show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(LORA)

@@ -107,7 +107,7 @@ def read(res) -> tuple[str, str]:
 def figure(res):
     from dpviz.figures.studies import noise_figure
 
-    return noise_figure(res)
+    return noise_figure({eps: {m: res.stats(c, "accuracy") for m, c in rows} for eps, rows in _by_epsilon(res).items()})
 
 
 NOISE = Study(
@@ -123,6 +123,6 @@ NOISE = Study(
               Measure(name="r2", label="R² of the fit", fmt=".2f", private=True)),
     measure=measure, read=read, figure=figure, seed_paper="000", show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(NOISE)

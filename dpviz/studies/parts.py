@@ -80,6 +80,6 @@ PARTS = Study(
     measures=(Measure(name="accuracy", label="test accuracy"), Measure(name="epsilon_spent", label="ε spent")),
     measure=measure, read=read, seed_paper="", show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(PARTS)

@@ -62,6 +62,6 @@ PUBLIC_FIRST = Study(
               Measure(name="public_steps", label="public steps before the switch", fmt=".0f")),
     measure=measure, read=read, seed_paper="004", show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(PUBLIC_FIRST)

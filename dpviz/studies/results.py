@@ -164,6 +164,17 @@ def commit() -> str:
     return head[:12] or "unknown"
 
 
+def version() -> str:
+    """dpviz's version as installed ("unknown" where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("dpviz")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def machine() -> str:
     """This machine in one line: CPU cores and model, memory."""
     cpu = platform.processor() or platform.machine()
@@ -206,9 +217,7 @@ def store_digest(store, run_ids: list[str]) -> str:
 def provenance(command: str, store, run_ids: list[str]) -> dict:
     """Where the numbers come from: the command, dpviz's version and commit, the machine, the device, the date
     (UTC) and the store's digest."""
-    from dpviz import __version__
-
-    return {"command": command, "dpviz": __version__, "commit": commit(), "machine": machine(), "device": device(),
+    return {"command": command, "dpviz": version(), "commit": commit(), "machine": machine(), "device": device(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "store": store_digest(store, run_ids), "per_seed": "kept"}
 

@@ -14,12 +14,14 @@ import sys
 import threading
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from dpviz.config import RunConfig
 from dpviz.errors import Cancelled, ConfigError
 from dpviz.studies import results as _results
 from dpviz.studies.base import Study
+
+if TYPE_CHECKING:  # a plugin registers a study while dpviz itself is importing: no config import at the top
+    from dpviz.config import RunConfig
 
 KEEP = ("all", "results")
 """What a study keeps of a finished run: ``all`` (its checkpoints' features and weights, for the pages), or
@@ -82,7 +84,7 @@ def command_line(study: str, task: str, scale, seeds, sets, vary, keep) -> str:
     return out + (f" --keep {keep}" if keep != "all" else "")
 
 
-def run(study: Study | str, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
+def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
         sets: dict | None = None, vary: dict | None = None, cache_dir=None, keep: str = "all",
         stop_after: float | None = None, progress: Callable | None = None, cancel: threading.Event | None = None,
         on_note: Callable[[str], None] | None = None, command: str | None = None,
@@ -90,7 +92,7 @@ def run(study: Study | str, *, task: str = "default", scale: str | None = None, 
     """Run ``study`` on ``task`` and return its results (written to ``<store>/studies/`` after every run).
 
     Args:
-        study: a registered study or its name (`dpviz.studies.STUDIES`).
+        study: a study (`dpviz.studies.get` finds a registered one by name).
         task: a task of `dpviz.tasks`; a user's own data is ``sets={"dataset": …, "data_dir": …}``.
         scale: the scorecard's size of the task (`dpviz.reproduce.SCALES`), or None for the task's own.
         seeds: the seeds of every cell (≥ 3 for a mean ± sd the readings can judge by).
@@ -106,13 +108,11 @@ def run(study: Study | str, *, task: str = "default", scale: str | None = None, 
         command: how this study was asked for, for its provenance (default: the command line that ran it).
         rates: how "auto" rates resolve: "grid" (the nearest shipped grid entry, no search) or "search".
     """
-    from dpviz import studies
     from dpviz.reproduce.scorecard import Deadline
     from dpviz.runner import run as run_one
     from dpviz.store import Store
     from dpviz.training import calibration
 
-    study = studies.get(study) if isinstance(study, str) else study
     if keep not in KEEP:
         raise ConfigError("keep", f"one of {', '.join(KEEP)}", keep)
     items = plan(study, task=task, scale=scale, seeds=seeds, sets=sets, vary=vary)
@@ -183,23 +183,19 @@ def _label(study: Study, it: Item) -> str:
     return f"{study.name}: " + ", ".join(f"{k} {v}" for k, v in study.columns(it.cell).items()) + f", seed {it.seed}"
 
 
-def stored(study: Study | str, *, task: str = "default", scale: str | None = None, sets: dict | None = None,
+def stored(study: Study, *, task: str = "default", scale: str | None = None, sets: dict | None = None,
            cache_dir=None, shipped: bool = True) -> _results.Results:
     """The results of ``study`` read so far (the store's cells, then the shipped ones), training nothing."""
-    from dpviz import studies
     from dpviz.store import Store
 
-    study = studies.get(study) if isinstance(study, str) else study
     return _results.load(study.name, task, scale, sets, store_root=Store(cache_dir).root, shipped=shipped)
 
 
-def counts(study: Study | str, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
+def counts(study: Study, *, task: str = "default", scale: str | None = None, seeds=(0, 1, 2),
            sets: dict | None = None, vary: dict | None = None, cache_dir=None) -> tuple[int, int]:
     """(runs read, runs in all) of the study as asked, from its results file: what a page shows before it runs."""
-    from dpviz import studies
     from dpviz.store import Store
 
-    study = studies.get(study) if isinstance(study, str) else study
     items = plan(study, task=task, scale=scale, seeds=seeds, sets=sets, vary=vary)
     res = _results.load(study.name, task, scale, sets, store_root=Store(cache_dir).root, shipped=False)
     return sum(res.done(it.cell, it.seed, it.config.hash()) for it in items), len(items)

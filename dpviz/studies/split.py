@@ -63,7 +63,7 @@ def read(res) -> tuple[str, str]:
 def figure(res):
     from dpviz.figures.studies import split_figure
 
-    return split_figure(res)
+    return split_figure(curves(res))
 
 
 SPLIT = Study(
@@ -75,6 +75,6 @@ SPLIT = Study(
     measures=(Measure(name="accuracy", label="test accuracy"), Measure(name="epsilon_spent", label="ε spent")),
     measure=measure, read=read, figure=figure, seed_paper="001", show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(SPLIT)

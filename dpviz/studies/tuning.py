@@ -81,6 +81,6 @@ PRIVATE_TUNING = Study(
               Measure(name="epsilon_spent", label="ε spent in all")),
     measure=measure, read=read, show=show)
 
-from dpviz.studies import register_study  # noqa: E402
+from dpviz.studies.registry import register_study  # noqa: E402
 
 register_study(PRIVATE_TUNING)

@@ -1,5 +1,6 @@
 """A report, whole: runs or a study as one self-contained HTML file and a PDF, for a write-up or a paper's
-appendix (``python -m dpviz report RUN_ID…`` or ``--study NAME``, and a button on the Runs and Studies pages).
+appendix (``python -m dpviz report RUN_ID…`` or ``--study NAME``, and a button on the Runs and Studies pages;
+`runs_report`, `study_report`, `write_report`, `report_pdf` on `dpviz.studies`).
 
 Each holds the configurations, the privacy statement (ε requested and spent, δ, accountant, mechanism, threat
 model, the privacy check), the figures the pages draw for it with their captions (inline SVG), the tables and
@@ -60,17 +61,15 @@ def _figure(fig, caption: str) -> str:
 
 
 def _about() -> str:
-    from dpviz import __version__
     from dpviz.studies import results
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"Made by dpviz {__version__} (commit {results.commit()}) on {results.machine()}, {when}. "
+    return (f"Made by dpviz {results.version()} (commit {results.commit()}) on {results.machine()}, {when}. "
             "Every statistic of private data that ε does not cover is marked so.")
 
 
 # --- runs ----------------------------------------------------------------------------------------------------
 def _privacy(s: dict) -> str:
-    from dpviz.cli.runs import check_text
     from dpviz.privacy import names, release
 
     st = release.statement(s)
@@ -81,7 +80,7 @@ def _privacy(s: dict) -> str:
             ["δ", cfg.get("delta")], ["accountant", cfg.get("accountant")],
             ["mechanism", names.mechanism(cfg, parts=True)], ["protects", st["protects"]], ["against", st["against"]],
             ["neighbours", f"{st['neighbours']} ({st['neighbours_meaning']})"], ["randomness", st["randomness_line"]],
-            ["privacy check", check_text(s)], ["covered", "; ".join(st["covered"])],
+            ["privacy check", release.check_text(s)], ["covered", "; ".join(st["covered"])],
             [release.NOT_COVERED, "; ".join(st["not_covered"])]]
     return _pairs(rows)
 
@@ -139,7 +138,7 @@ def run_section(store, rid: str) -> str:
 
 # --- studies -------------------------------------------------------------------------------------------------
 def study_section(res) -> str:
-    from dpviz import studies
+    from dpviz.studies import registry as studies
     from dpviz.studies import results
 
     study = studies.get(res.study)
@@ -201,7 +200,7 @@ def runs_report(store, run_ids: list[str]) -> tuple[str, str]:
 
 def study_report(res) -> tuple[str, str]:
     """(name, HTML) of a report of a study's results (`dpviz.studies.stored`)."""
-    from dpviz import studies
+    from dpviz.studies import registry as studies
     from dpviz.studies import results
 
     if not res.cells:
@@ -211,7 +210,7 @@ def study_report(res) -> tuple[str, str]:
     return name, document(f"dpviz report: {studies.get(res.study).title} on {res.task}", [study_section(res)])
 
 
-def pdf_bytes(page: str) -> bytes:
+def report_pdf(page: str) -> bytes:
     """``page`` printed to PDF by headless Chromium (A4, the page's own margins, no header or footer)."""
     from dpviz.figures.export import chromium_path
 
@@ -227,7 +226,7 @@ def pdf_bytes(page: str) -> bytes:
         return out.read_bytes()
 
 
-def write(name: str, page: str, out_dir, *, pdf: bool = True) -> list[Path]:
+def write_report(name: str, page: str, out_dir, *, pdf: bool = True) -> list[Path]:
     """Write ``<out_dir>/<name>.html`` (and ``.pdf``); the paths written."""
     from dpviz.figures.export import safe_filename
 
@@ -237,5 +236,5 @@ def write(name: str, page: str, out_dir, *, pdf: bool = True) -> list[Path]:
     paths[0].write_text(page)
     if pdf:
         paths.append(out / safe_filename(name, "pdf"))
-        paths[1].write_bytes(pdf_bytes(page))
+        paths[1].write_bytes(report_pdf(page))
     return paths
