@@ -52,6 +52,9 @@ def render_results(res, key: str, figure: bool = True) -> None:
     private = [m.label for m in study.measures if m.private and any(
         res.stats(e["cell"], m.name) for e in res.cells.values())]
     layout.reading(f"*{verdict}*. {sentence}")
+    if private:
+        st.caption(f":material/lock_open: {', '.join(private)}: statistics of private data, NOT covered by the DP "
+                   "guarantee.")
     cols, rows = res.table(study)
     if figure and study.figure is not None:
         fig = study.figure(res)
@@ -68,9 +71,8 @@ def render_results(res, key: str, figure: bool = True) -> None:
                         label="Report {fmt}")
     with st.expander(f"the numbers ({name_of(res)}: {len(rows)} cells)"):
         st.dataframe(pd.DataFrame(rows, columns=cols), hide_index=True, key=f"{key}-table")
-        if private:
-            st.caption(f"{', '.join(private)}: statistics of private data, NOT covered by the DP guarantee.")
         st.caption(sources(res))
         st.download_button("Results (JSON, per seed)", data=json.dumps(res.to_json() | {
-            "cells": list(res.cells.values())}, indent=1, ensure_ascii=False, default=str),
+            "cells": list(res.cells.values()), "private_statistics": [m.name for m in study.measures if m.private]},
+            indent=1, ensure_ascii=False, default=str),
             file_name=f"{name_of(res)}.json", mime="application/json", key=f"{key}-json", on_click="ignore")

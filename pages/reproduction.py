@@ -213,8 +213,8 @@ else:
                 layout.reading(f"**{name}** ({r['seeds']} seeds): {r['verdict']}. {r['reading']}")
 
 if measured := studies.available(noise_task, store_root=state.store().root):
-    st.markdown(f"**Studies on {tasks.task(noise_task).label}**: each mechanism at the same ε with the same learning "
-                "rates (the shipped grid's, tuned for DP-SGD), over seeds (the Studies page runs them on any task).")
+    st.markdown(f"**Studies on {tasks.task(noise_task).label}**: each compares its cells at the same ε, over seeds, "
+                "every cell at the learning rates its study declares (the Studies page runs them on any task).")
     for i, res in enumerate(measured):
         st.markdown(f"*{findings.heading(res)}*")
         findings.render_results(res, f"re_study_{i}", figure=False)

@@ -96,8 +96,9 @@ def test_a_run_report_holds_its_privacy_statement_figures_and_a_config_that_repr
 def test_a_report_refuses_what_it_cannot_write_in_one_line(tmp_path, capsys):
     assert main(["--cache-dir", str(tmp_path), "report", "--out", str(tmp_path / "out")]) == 2
     assert main(["--cache-dir", str(tmp_path), "report", "nope-run", "--no-pdf", "--out", str(tmp_path / "out")]) == 2
-    assert main(["--cache-dir", str(tmp_path), "report", "--study", "noise", "--task", "real-vision", "--scale",
+    assert main(["--cache-dir", str(tmp_path), "report", "--study", "noise", "--task", "default", "--scale",
                  "large", "--no-pdf", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("dpviz: error: ") for line in err), err
+    assert err[2].startswith("dpviz: error: scale: a size default has"), err
     assert not (tmp_path / "out").exists()

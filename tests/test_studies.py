@@ -70,9 +70,10 @@ def test_results_keep_numbers_per_seed_derive_their_display_and_record_where_the
 
     store = Store(tmp_path / "store")
     res.provenance = study_results.provenance("python -m dpviz study run noise", store, res.run_ids())
-    path = study_results.save(res, store.root)
-    assert path == tmp_path / "store" / "studies" / "noise_default.json"
+    study_results.save(res, store.root, private=["dip", "rho", "r2"])
+    path = tmp_path / "store" / "studies" / "noise_default.json"
     doc = json.loads(path.read_text())
+    assert doc["private_statistics"] == ["dip", "rho", "r2"]
     assert doc["cells"][0]["runs"]["1"]["values"]["accuracy"] == 0.6  # a number, not a string
     assert set(doc["provenance"]) >= {"command", "dpviz", "commit", "machine", "device", "date", "store"}
     assert "±" not in path.read_text()  # no display string is stored
@@ -117,12 +118,42 @@ def test_a_study_refuses_bad_input_in_one_line_before_anything_trains(tmp_path):
         runner.plan(studies.get("noise"), scale="large")
     with pytest.raises(ConfigError, match="^keep: one of all, results"):
         studies.run("noise", keep="some", cache_dir=tmp_path / "s")
-    assert not (tmp_path / "s").exists()
+    with pytest.raises(ConfigError, match="^set: fields no axis of this study sets .*--vary"):
+        studies.run("noise", sets={"epsilon": 4.0}, cache_dir=tmp_path / "s")
+    with pytest.raises(ConfigError, match="^vary: numbers for epsilon; got 'abc'"):
+        studies.run("noise", vary={"epsilon": ("abc",)}, cache_dir=tmp_path / "s")
+    with pytest.raises(ConfigError, match="^vary: whole numbers for bands; got 2.5"):
+        studies.run("noise", vary={"bands": (2.5,)}, cache_dir=tmp_path / "s")
+    with pytest.raises(ConfigError, match="^vary: values of method among auto, negative-binomial, fixed"):
+        studies.run("private-tuning", vary={"method": ("foo",)}, cache_dir=tmp_path / "s")
+    with pytest.raises(ConfigError, match="^scale: a size default has"):
+        studies.stored("noise", scale="large", cache_dir=tmp_path / "s")
+    assert not (tmp_path / "s" / "studies").exists()
+
+
+def test_two_writers_on_one_store_keep_each_others_cells_and_a_damaged_file_is_named_not_replaced(tmp_path):
+    from dpviz.errors import StoreError
+
+    one, two = (study_results.Results(study="noise", task="default") for _ in range(2))
+    one.add(dict(noise_cell(1.0, 1)), 0, run_id="a", config="c1", values={"accuracy": 0.5})
+    two.add(dict(noise_cell(8.0, 1)), 1, run_id="b", config="c2", values={"accuracy": 0.8})
+    study_results.save(one, tmp_path)
+    study_results.save(two, tmp_path)  # read before `one` was written: its cells must survive
+    back = study_results.load("noise", "default", store_root=tmp_path, shipped=False)
+    assert back.values(dict(noise_cell(1.0, 1)), "accuracy") == [0.5]
+    assert back.values(dict(noise_cell(8.0, 1)), "accuracy") == [0.8] and back.seeds == [0, 1]
+    path = tmp_path / "studies" / "noise_default.json"
+    path.write_text("{not json")
+    with pytest.raises(StoreError, match="noise_default.json: not a results file dpviz can read"):
+        study_results.save(one, tmp_path)
+    assert path.read_text() == "{not json"
 
 
 def test_cells_that_set_the_same_fields_are_one_and_seeds_are_outermost():
     items = runner.plan(studies.get("noise"), seeds=(0, 1), vary={"family": ("bandmf", "bandmf-momentum")})
     assert len(items) == 2 * 2 * 5  # DP-SGD once per ε, not once per correlated family
+    alone = runner.plan(studies.get("noise"), seeds=(0,), vary={"family": ("bandmf-momentum",)})
+    assert alone[0].cell == {"epsilon": 1.0, "bands": 1, "family": "bandmf"}  # DP-SGD's cell, whatever the family
     assert [it.seed for it in items] == [0] * 10 + [1] * 10
     assert {it.config.mechanism for it in items} == {"dp-sgd", "bandmf", "bandmf-momentum"}
 
@@ -154,6 +185,16 @@ def test_a_study_trains_each_configuration_once_and_a_stopped_study_resumes(cach
     assert second.run_ids()[0] == first.run_ids()[0]  # the first run answered, not trained again
     third = studies.run("noise", **kw)
     assert third.run_ids() == second.run_ids() and len(Store(cache_dir).list_runs()) == 2
+    # a run of the user's that a cell of the study equals: keep="results" reads it and leaves its files
+    from dpviz.runner import run
+
+    at4 = {**kw, "vary": {"bands": (1,), "epsilon": (4.0,)}}
+    mine = run(runner.plan(studies.get("noise"), **{k: v for k, v in at4.items() if k != "cache_dir"})[0].config,
+               cache_dir=cache_dir, rates="grid")["run_id"]
+    before = Store(cache_dir).feature_steps(mine)
+    assert mine in studies.run("noise", keep="results", **at4).run_ids()
+    assert len(Store(cache_dir).list_runs()) == 3  # answered, not trained again
+    assert before and Store(cache_dir).feature_steps(mine) == before
     for e in third.cells.values():
         v = e["runs"]["0"]["values"]
         assert 0 < v["accuracy"] <= 1 and v["epsilon_spent"] <= e["cell"]["epsilon"]

@@ -13,7 +13,7 @@ def add_report(sub) -> None:
     p.add_argument("--study", default=None, metavar="NAME", help="a study's results instead of runs")
     p.add_argument("--task", default="default", metavar="TASK", help="the study's task (default: default)")
     p.add_argument("--scale", default=None, metavar="SIZE", help="the study's size (default: the task's own)")
-    p.add_argument("--set", nargs="+", default=None, metavar="FIELD=VALUE", dest="changes",
+    p.add_argument("--set", nargs="+", action="extend", default=None, metavar="FIELD=VALUE", dest="changes",
                    help="the fields the study set on every run")
     p.add_argument("--out", default=".", metavar="DIR", help="the folder the files go to (default: here)")
     p.add_argument("--no-pdf", action="store_true", help="the HTML only (no Chromium needed)")

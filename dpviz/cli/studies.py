@@ -28,12 +28,12 @@ def add_study(sub) -> None:
                        help=f"the task: {', '.join(TASKS)} (your own data: --set dataset=… data_dir=…)")
         v.add_argument("--scale", default=None, metavar="SIZE",
                        help="the scorecard's size of the task: small, medium or large (default: the task's own)")
-        v.add_argument("--set", nargs="+", default=None, metavar="FIELD=VALUE", dest="changes",
+        v.add_argument("--set", nargs="+", action="extend", default=None, metavar="FIELD=VALUE", dest="changes",
                        help="set a RunConfig field on every run (e.g. train_size=64, or a data folder)")
         v.add_argument("--json", action="store_true")
         if verb == "run":
             v.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of every cell (default 0 1 2)")
-            v.add_argument("--vary", nargs="+", default=None, metavar="AXIS=V1,V2",
+            v.add_argument("--vary", nargs="+", action="extend", default=None, metavar="AXIS=V1,V2",
                            help="other values for an axis of the study (e.g. epsilon=1,4,16)")
             v.add_argument("--keep", default="all", metavar="WHAT",
                            help="all (default: every checkpoint, for the pages), or results: prune a finished "
@@ -109,6 +109,7 @@ def cmd_run(args) -> int:
                                                   args.keep))
     read, total = studies.counts(study, task=args.task, scale=args.scale, seeds=tuple(args.seeds), sets=sets,
                                 vary=vary, cache_dir=args.cache_dir)
+    total -= len(args.seeds) * len(res.refused)  # cells whose configuration cannot run on this task: said above
     if read < total:
         print(f"dpviz: stopped with {read} of {total} runs read; the same command goes on (read runs answer from "
               "the results file, a stopped run resumes from its last checkpoint)", file=sys.stderr)

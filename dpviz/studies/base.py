@@ -63,6 +63,7 @@ class Study:
         execute: (cell, config, store, cancel) → the summary of what the cell releases, for a cell that is more
             than one run (a private search over the config's rates); None: the run of its config.
         kinds: axes that set no field but choose how `execute` treats a cell (so cells apart in them stay apart).
+        choices: axis → the values it may take, for an axis whose values no `RunConfig` check covers.
     """
 
     name: str
@@ -79,6 +80,7 @@ class Study:
     show: Callable[[dict], dict] | None = None
     execute: Callable | None = None
     kinds: tuple[str, ...] = ()
+    choices: dict = field(default_factory=dict)
 
     def columns(self, cell: dict) -> dict:
         """A cell as its table shows it: column → text (`show`, else one column per axis)."""
@@ -87,24 +89,47 @@ class Study:
         return {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in cell.items()}
 
     def cells(self, vary: dict | None = None) -> list[dict]:
-        """Every cell (axis → value) of the grid, in the axes' order; ``vary`` replaces an axis's values."""
+        """Every cell (axis → value) of the grid, in the axes' order; ``vary`` replaces an axis's values. Cells
+        that set the same fields are one (DP-SGD under every correlated family), written in a canonical form:
+        an axis whose value changes nothing takes its first default value."""
         axes = self.axis_values(vary)
         out, seen = [], set()
         for values in itertools.product(*axes.values()):
-            cell = dict(zip(axes, values))
-            same = json.dumps([self.fields(cell), [cell[k] for k in self.kinds]], sort_keys=True, default=str)
-            if same not in seen:  # cells that set the same fields are one (DP-SGD under every correlated family)
+            cell = self.canonical(dict(zip(axes, values)))
+            same = self._identity(cell)
+            if same not in seen:
                 seen.add(same)
                 out.append(cell)
         return out
 
+    def _identity(self, cell: dict) -> str:
+        return json.dumps([self.fields(cell), [cell[k] for k in self.kinds]], sort_keys=True, default=str)
+
+    def canonical(self, cell: dict) -> dict:
+        """``cell`` with each axis that changes none of its fields set to the axis's first default value."""
+        out = dict(cell)
+        for axis, defaults in self.axes.items():
+            if axis in self.kinds or out.get(axis) == defaults[0]:
+                continue
+            other = {**out, axis: defaults[0]}
+            try:
+                if self._identity(other) == self._identity(out):
+                    out = other
+            except (TypeError, ValueError, KeyError):
+                continue
+        return out
+
     def axis_values(self, vary: dict | None = None) -> dict[str, tuple]:
-        """The axes with ``vary``'s values in place of the defaults; an unknown axis is a `ConfigError`."""
+        """The axes with ``vary``'s values in place of the defaults. An unknown axis, a value of the wrong kind
+        (text for a number, a fraction for a count) or outside the axis's `choices` is a `ConfigError` naming
+        ``vary``."""
         for k, v in (vary or {}).items():
             if k not in self.axes:
                 raise ConfigError("vary", f"one of this study's axes ({', '.join(self.axes)})", k)
             if not v:
                 raise ConfigError("vary", f"at least one value for {k}", "none")
+            for x in v:
+                _check_value(k, x, self.axes[k], self.choices.get(k))
         return {k: tuple((vary or {}).get(k, v)) for k, v in self.axes.items()}
 
     def measure_named(self, name: str) -> Measure:
@@ -114,6 +139,18 @@ class Study:
     def private(self) -> bool:
         """Whether any of its numbers is a statistic of private data that ε does not cover."""
         return any(m.private for m in self.measures)
+
+
+def _check_value(axis: str, value, defaults: tuple, choices) -> None:
+    """One value ``--vary`` gives an axis: a number where the axis holds numbers (a whole one where it holds
+    counts), one of ``choices`` where the axis declares them."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    if all(number(d) for d in defaults):
+        whole = all(isinstance(d, int) for d in defaults)
+        if not number(value) or whole and float(value) != int(value):
+            raise ConfigError("vary", f"{'whole numbers' if whole else 'numbers'} for {axis}", value)
+    elif choices is not None and value not in choices:
+        raise ConfigError("vary", f"values of {axis} among {', '.join(map(str, choices))}", value)
 
 
 def cell_key(cell: dict) -> str:

@@ -21,16 +21,18 @@ def measure(store, summary: dict, cfg) -> dict:
 
 
 def paired_gaps(res) -> dict:
-    """(ε, b) → [independent − equal accuracy, per seed both have]."""
-    runs = {}
+    """(ε, b) → [independent − equal accuracy, per seed both have]; a pair only from one source (a store cell
+    is never paired with a shipped one, run on another machine and code)."""
+    runs, source = {}, {}
     for e in res.cells.values():
         c = e["cell"]
-        runs[(float(c["epsilon"]), int(c["bands"]), c["parts"])] = {
-            s: r["values"]["accuracy"] for s, r in e.get("runs", {}).items()}
+        k = (float(c["epsilon"]), int(c["bands"]), c["parts"])
+        runs[k] = {s: r["values"]["accuracy"] for s, r in e.get("runs", {}).items()}
+        source[k] = e.get("source")
     out = {}
     for (eps, b, parts), by_seed in sorted(runs.items()):
         other = runs.get((eps, b, "equal"))
-        if parts == "independent" and other:
+        if parts == "independent" and other and source[(eps, b, parts)] == source[(eps, b, "equal")]:
             out[(eps, b)] = [by_seed[s] - other[s] for s in sorted(by_seed, key=int) if s in other]
     return out
 

@@ -61,20 +61,28 @@ def available(task: str | None = None, *, store_root=None) -> list[Results]:
 
     from dpviz.studies import results as _results
 
-    heads = {}
+    from dpviz.errors import StoreError
+
+    heads = {}  # file name → (study, task, size, fields set): one entry per results file name
     folders = [_results.SHIPPED] + ([Path(store_root) / "studies"] if store_root is not None else [])
     for folder in folders:
         for p in sorted(folder.glob("*.json")):
             try:
                 d = json.loads(p.read_text())
-                key = (d["study"], d["task"], d.get("scale"), json.dumps(d.get("sets") or {}, sort_keys=True))
+                head = (d["study"], d["task"], d.get("scale"),
+                        {k: v for k, v in (d.get("sets") or {}).items() if k != "device"})
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if d["study"] in STUDIES and (task is None or d["task"] == task):
-                heads[key] = (p.stem, d)
+            if head[0] in STUDIES and (task is None or head[1] == task):
+                heads.setdefault(_results.results_name(*head), head)
     order = {n: i for i, n in enumerate(STUDIES)}
-    out = [_results.load(s, t, sc, json.loads(sets), store_root=store_root)
-           for (s, t, sc, sets) in sorted(heads, key=lambda k: (order[k[0]], k[1], k[2] or "", len(k[3]), k[3]))]
+    out = []
+    for s, t, sc, sets in sorted(heads.values(), key=lambda h: (order[h[0]], h[1], h[2] or "", len(h[3]),
+                                                                json.dumps(h[3], sort_keys=True))):
+        try:
+            out.append(_results.load(s, t, sc, sets, store_root=store_root))
+        except StoreError:  # a damaged or foreign file in the store: `study show` names it; the pages go on
+            continue
     return [r for r in out if r.cells]
 
 

@@ -174,8 +174,9 @@ def study_section(res) -> str:
         parts.append(f"<p>This store: {_e(results.said(res.provenance))}.</p>")
     if res.shipped_provenance and any(e.get("source") == "shipped" for e in res.cells.values()):
         parts.append(f"<p>Shipped with dpviz: {_e(results.said(res.shipped_provenance))}.</p>")
+    vary = {a: tuple(v) for a, v in res.axes.items() if a in study.axes and tuple(v) != tuple(study.axes[a])}
     parts += ["<h3>Reproduce</h3>",
-              f"<pre>{_e(command_line(study.name, res.task, res.scale, res.seeds or [0, 1, 2], res.sets, {}, 'all'))}"
+              f"<pre>{_e(command_line(study.name, res.task, res.scale, res.seeds or [0, 1, 2], res.sets, vary, 'all'))}"
               "</pre></section>"]
     return "".join(parts)
 

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -41,7 +42,12 @@ def results_name(study: str, task: str, scale: str | None = None, sets: dict | N
     (cells and seeds accumulate inside it)."""
     from dpviz.reproduce import variant
 
-    return f"{study}_{task}" + (f"_{scale}" if scale else "") + (f"_{v}" if (v := variant(sets)) else "")
+    v = variant(sets)
+    plain = {k: x for k, x in (sets or {}).items() if k != "device"}
+    if plain and any(re.sub(r"[^\w.-]", "", f"{k}-{x}") != f"{k}-{x}" for k, x in plain.items()):
+        # a value the name cannot spell (a folder's path): its hash keeps two such sets in two files
+        v += "-" + hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{study}_{task}" + (f"_{scale}" if scale else "") + (f"_{v}" if v else "")
 
 
 @dataclass
@@ -57,6 +63,7 @@ class Results:
     cells: dict[str, dict] = field(default_factory=dict)  # cell_key → {"cell", "runs" | "summary", "source"}
     provenance: dict = field(default_factory=dict)
     shipped_provenance: dict | None = None  # the shipped file's, where a cell still comes from it
+    refused: dict = field(default_factory=dict)  # cell key → why its configuration cannot run here (not saved)
 
     # --- what the runs gave ------------------------------------------------------------------------------
     def add(self, cell: dict, seed: int, *, run_id: str, config: str, values: dict) -> None:
@@ -115,7 +122,7 @@ class Results:
         entries = [e for e in self.cells.values() if any(self.stats(e["cell"], m.name) for m in study.measures)]
         heads = list(dict.fromkeys(k for e in entries for k in study.columns(e["cell"]))) or \
             list(study.columns(study.cells()[0]))
-        cols = heads + [m.label for m in study.measures] + ["source"]
+        cols = heads + [m.label + (" (not covered by ε)" if m.private else "") for m in study.measures] + ["source"]
         rows = []
         for e in entries:
             c, shown = e["cell"], study.columns(e["cell"])
@@ -214,12 +221,20 @@ def store_digest(store, run_ids: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def provenance(command: str, store, run_ids: list[str]) -> dict:
+WHO = ("command", "dpviz", "commit", "machine", "device", "date")
+
+
+def provenance(command: str, store, run_ids: list[str], before: dict | None = None) -> dict:
     """Where the numbers come from: the command, dpviz's version and commit, the machine, the device, the date
-    (UTC) and the store's digest."""
-    return {"command": command, "dpviz": version(), "commit": commit(), "machine": machine(), "device": device(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "store": store_digest(store, run_ids), "per_seed": "kept"}
+    (UTC) and the store's digest. ``before``: the file's provenance so far; where an earlier piece ran another
+    command, on another machine or device or at another commit, it is kept under ``earlier``."""
+    out = {"command": command, "dpviz": version(), "commit": commit(), "machine": machine(), "device": device(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "store": store_digest(store, run_ids), "per_seed": "kept"}
+    earlier = list((before or {}).get("earlier", []))
+    if before and any(before.get(k) != out[k] for k in WHO if k != "date"):
+        earlier.append({k: before.get(k) for k in WHO})
+    return {**out, "earlier": earlier[-20:]} if earlier else out
 
 
 def said(p: dict | None) -> str:
@@ -234,6 +249,9 @@ def said(p: dict | None) -> str:
     out += f", {p.get('date', 'undated')}"
     if p.get("store") and p["store"] != "not recorded":
         out += f", store digest {p['store']}"
+    if p.get("earlier"):
+        out += f"; earlier pieces: {len(p['earlier'])} (" + "; ".join(
+            f"`{e.get('command')}`, {e.get('device')}, {e.get('date')}" for e in p["earlier"][-3:]) + ")"
     if p.get("per_seed") == "lost":
         out += "; converted from a table of means and spreads: per-seed values lost"
     return out
@@ -244,15 +262,37 @@ def path_in(store_root, name: str) -> Path:
     return Path(store_root) / "studies" / f"{name}.json"
 
 
-def save(results: Results, store_root) -> Path:
-    """Write ``results`` (its store cells) to ``<store>/studies/<name>.json``, atomically."""
-    from dpviz.store.safefile import real_folder, write_atomic
+def save(results: Results, store_root, *, private: list[str] = ()) -> Results:
+    """Write ``results`` to ``<store>/studies/<name>.json``, merged under a lock with what the file holds (cells
+    and seeds another writer saved since it was read: the page and the command line on one store lose
+    nothing), atomically; ``private`` names its measures that are statistics of private data, which ε does
+    not cover. Returns what was written."""
+    from dpviz.store.safefile import locked, real_folder, write_atomic
 
     name = results_name(results.study, results.task, results.scale, results.sets)
-    path = real_folder(Path(store_root), "studies") / f"{name}.json"
-    data = (json.dumps(results.to_json(), indent=1, ensure_ascii=False, default=str) + "\n").encode()
-    write_atomic(path, lambda f: f.write(data))
-    return path
+    folder = real_folder(Path(store_root), "studies")
+    path = folder / f"{name}.json"
+    with locked(folder / f"{name}.lock"):
+        there = _read_mine(path, results.study, results.task, results.scale, results.sets)
+        merged = _merged(there, results) if there is not None else results
+        doc = merged.to_json()
+        doc["private_statistics"] = list(private)
+        data = (json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n").encode()
+        write_atomic(path, lambda f: f.write(data))
+    return merged
+
+
+def _merged(there: Results, mine: Results) -> Results:
+    """``mine`` with the file's cells and seeds it lacks (its own seeds win)."""
+    for k, e in there.cells.items():
+        own = mine.cells.get(k)
+        if own is None or own.get("source") != "store":
+            mine.cells[k] = e
+        else:
+            own["runs"] = {**e.get("runs", {}), **own.get("runs", {})}
+    mine.seeds = sorted({*there.seeds, *mine.seeds})
+    mine.axes = {**there.axes, **mine.axes}
+    return mine
 
 
 def _read(path: Path, source: str) -> Results | None:
@@ -262,12 +302,31 @@ def _read(path: Path, source: str) -> Results | None:
         return None
 
 
+def _read_mine(path: Path, study: str, task: str, scale, sets) -> Results | None:
+    """The store's results file at ``path`` (None where there is none). One that cannot be read, or that holds
+    another study, task, size or set of fields, is a `StoreError` naming it: never replaced by an empty one."""
+    from dpviz.errors import StoreError
+
+    if not path.exists():
+        return None
+    res = _read(path, "store")
+    asked = {k: v for k, v in (sets or {}).items() if k != "device"}
+    if res is None:
+        raise StoreError(f"study results {path}: not a results file dpviz can read (damaged, or of another "
+                         "format); move it away to start this study's results afresh")
+    held = {k: v for k, v in res.sets.items() if k != "device"}
+    if (res.study, res.task, res.scale, held) != (study, task, scale, asked):
+        raise StoreError(f"study results {path}: holds {res.study} on {res.task} (size {res.scale}, fields "
+                         f"{held}), not {study} on {task} (size {scale}, fields {asked})")
+    return res
+
+
 def load(study: str, task: str, scale: str | None = None, sets: dict | None = None, *, store_root=None,
          shipped: bool = True) -> Results:
     """The results of ``study`` on ``task`` at ``scale`` with ``sets``: the store's cells, then the shipped
     file's where the store has none (``shipped=False``: the store's only). Empty where neither has any."""
     name = results_name(study, task, scale, sets)
-    mine = _read(path_in(store_root, name), "store") if store_root is not None else None
+    mine = _read_mine(path_in(store_root, name), study, task, scale, sets) if store_root is not None else None
     out = mine or Results(study=study, task=task, scale=scale, sets=dict(sets or {}))
     ship = _read(SHIPPED / f"{name}.json", "shipped") if shipped else None
     if ship:

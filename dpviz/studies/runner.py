@@ -10,6 +10,8 @@ the store's database plus the unfinished run's snapshot: tens of MiB, not the Gi
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 import threading
 
@@ -66,9 +68,14 @@ def plan(study: Study, *, task: str = "default", scale: str | None = None, seeds
     tasks.task(task, "task")
     if not seeds:
         raise ConfigError("seeds", "at least one seed", "none")
+    cells = study.cells(vary)
+    varied = {k for cell in cells for k in study.fields(cell)}
+    if clash := sorted(varied & set(sets or {})):
+        raise ConfigError("set", f"fields no axis of this study sets ({', '.join(clash)} vary from cell to cell: "
+                          f"--vary AXIS=V1,V2 picks their values)", clash[0])
     out = []
     for seed in seeds:
-        for cell in study.cells(vary):
+        for cell in cells:
             fields = _sized(task, scale, {**study.base, **study.fields(cell)})
             out.append(Item(cell, int(seed), tasks.config(task, **{**fields, "seed": int(seed), **(sets or {})})))
     return out
@@ -79,8 +86,11 @@ def command_line(study: str, task: str, scale, seeds, sets, vary, keep) -> str:
     out = f"python -m dpviz study run {study} --task {task}"
     out += f" --scale {scale}" if scale else ""
     out += " --seeds " + " ".join(str(s) for s in seeds)
-    out += "".join(f" --set {k}={v}" for k, v in (sets or {}).items())
-    out += "".join(f" --vary {k}=" + ",".join(_results._show(x) for x in v) for k, v in (vary or {}).items())
+    if sets:
+        out += " --set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                                    for k, v in sets.items())
+    if vary:
+        out += " --vary " + " ".join(f"{k}=" + ",".join(_results._show(x) for x in v) for k, v in vary.items())
     return out + (f" --keep {keep}" if keep != "all" else "")
 
 
@@ -123,7 +133,9 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
     res.axes = {k: list(v) for k, v in study.axis_values(vary).items()}
     res.seeds = sorted({*res.seeds, *map(int, seeds)})
     command = command or command_line(study.name, task, scale, seeds, sets, vary, keep)
-    todo = [it for it in items if _results.cell_key(it.cell) not in refused]
+    todo = [it for it in items if it.config.hash() not in refused]
+    res.refused = {_results.cell_key(it.cell): refused[it.config.hash()] for it in items
+                   if it.config.hash() in refused}
     total, done = len(todo), 0
     deadline = None if stop_after is None else Deadline(stop_after, cancel or threading.Event(), store, note)
     cancel = deadline.cancel if deadline else cancel
@@ -135,10 +147,10 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
             progress(done, total, _label(study, it))
         if cancel is not None and cancel.is_set() or deadline and deadline.due:
             break
+        hooks = deadline.watch() if deadline else {}  # a cell that is more than one run finishes before a stop
         try:
             summary = (study.execute(it.cell, it.config, store, cancel) if study.execute else
-                       run_one(it.config, store=store, cancel=cancel, resume=True, rates=rates,
-                               **(deadline.watch() if deadline else {})))
+                       run_one(it.config, store=store, cancel=cancel, resume=True, rates=rates, **hooks))
         except Cancelled:
             break
         finally:
@@ -148,9 +160,9 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
             break
         values = study.measure(store, summary, it.config)
         res.add(it.cell, it.seed, run_id=summary["run_id"], config=it.config.hash(), values=values)
-        res.provenance = _results.provenance(command, store, res.run_ids())
-        _results.save(res, store.root)
-        if keep == "results" and summary["run_id"] in {r["run_id"] for r in store.list_runs()}:
+        res.provenance = _results.provenance(command, store, res.run_ids(), before=res.provenance)
+        res = _results.save(res, store.root, private=[m.name for m in study.measures if m.private])
+        if keep == "results" and _trained_here(summary, store):
             store.prune_files(summary["run_id"])
         done += 1
     if progress:
@@ -158,19 +170,27 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
     return res
 
 
+def _trained_here(summary: dict, store) -> bool:
+    """Whether this study trained the run it read (not a run of the user's, or of another process, that the store
+    answered with): only those does ``keep="results"`` prune."""
+    return not summary.get("cached") and not summary.get("waited_for") and summary["run_id"] in {
+        r["run_id"] for r in store.list_runs()}
+
+
 def _check(items: list[Item], calibration, note) -> dict[str, str]:
-    """Every run checked as it would be before training (`calibration.preview`); a cell whose run cannot take
-    this task (BandMF's b·q > 1 on a small batch) is left out, and said: cell key → why."""
+    """Every run checked as it would be before training (`calibration.preview`); a configuration that cannot
+    take this task (BandMF's b·q > 1 on a small batch) leaves out every cell that runs it, and is said:
+    config hash → why."""
     refused, seen = {}, set()
     for it in items:
-        k = _results.cell_key(it.cell)
-        if k in refused or it.config.hash() in seen:
+        h = it.config.hash()
+        if h in seen:
             continue
-        seen.add(it.config.hash())
+        seen.add(h)
         try:
             calibration.preview(it.config)
         except ConfigError as e:
-            refused[k] = str(e)
+            refused[h] = str(e)
             note(f"{_cell_text(it.cell)} cannot run on this task: {e}")
     return refused
 
@@ -188,6 +208,7 @@ def stored(study: Study, *, task: str = "default", scale: str | None = None, set
     """The results of ``study`` read so far (the store's cells, then the shipped ones), training nothing."""
     from dpviz.store import Store
 
+    _sized(task, scale, {})  # a size the task does not have: one line naming scale
     return _results.load(study.name, task, scale, sets, store_root=Store(cache_dir).root, shipped=shipped)
 
 

@@ -76,7 +76,7 @@ PRIVATE_TUNING = Study(
     question="Does a private search over the learning rates, within the same total ε, release a better model than "
              "one run whose rates were chosen on public data?",
     axes={"epsilon": (1.0, 8.0), "method": tuple(METHODS)},
-    fields=fields, base=dict(strategy="lp-fft"), kinds=("method",), execute=execute,
+    fields=fields, base=dict(strategy="lp-fft"), kinds=("method",), execute=execute, choices={"method": tuple(METHODS)},
     measures=(Measure(name="accuracy", label="test accuracy of the release"),
               Measure(name="epsilon_spent", label="ε spent in all")),
     measure=measure, read=read, show=show)
