@@ -56,8 +56,8 @@ def render_results(res, key: str, figure: bool = True) -> None:
         st.caption(f":material/lock_open: {', '.join(private)}: statistics of private data, NOT covered by the DP "
                    "guarantee.")
     cols, rows = res.table(study)
-    if figure and study.figure is not None:
-        fig = study.figure(res)
+    fig = studies.figure(study, res) if figure else None
+    if fig is not None:
         st.plotly_chart(fig, key=f"{key}-fig", width="stretch")
         caption = f"{study.title} on {res.task}: {sentence} Numbers from {sources(res)}"
         runs.render_export(fig, pd.DataFrame(rows, columns=cols), [], f"dpviz_study_{name_of(res)}", f"{key}-exp",

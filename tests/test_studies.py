@@ -306,3 +306,15 @@ def test_a_study_whose_cells_differ_only_in_how_they_run_keeps_them_apart():
     items = runner.plan(studies.get("private-tuning"), seeds=(0,))
     assert [it.cell["method"] for it in items] == ["auto", "negative-binomial", "fixed"] * 2
     assert len({it.config.hash() for it in items}) == 2  # one configuration per ε, three ways to release it
+
+
+def test_every_study_draws_its_shipped_results_each_cell_once():
+    """A study without a figure of its own draws its first measure per cell; every shipped cell is in a figure."""
+    for name in studies.names():
+        res = studies.stored(name)
+        fig = studies.figure(name, res)
+        assert fig is not None, name
+        bars = sum(len(t.y) for t in fig.data)
+        assert bars == sum(1 for e in res.cells.values() if res.stats(e["cell"], "accuracy")), name
+    fig = studies.figure("lora", studies.stored("lora"))
+    assert [t.name for t in fig.data] == ["rank r 1", "rank r 2", "rank r 4", "rank r 8"]

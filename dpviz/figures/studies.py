@@ -44,3 +44,18 @@ def noise_figure(got: dict) -> go.Figure:
                              error_y=dict(type="data", array=es, visible=True)))
     fig.update_layout(barmode="group")
     return layout(fig, "Test accuracy per mechanism<br>mean ± sd over seeds", "privacy budget", "test accuracy")
+
+
+def cells_figure(rows: list[tuple[str, str, tuple]], measure: str) -> go.Figure:
+    """A study's first measure per cell, mean ± sd over seeds: one bar per cell, grouped by its first column.
+    ``rows``: (group, label, (mean, sd, seeds)) per cell, in the study's order."""
+    groups = list(dict.fromkeys(g for g, _, _ in rows))
+    labels = list(dict.fromkeys(lab for _, lab, _ in rows))
+    fig = go.Figure()
+    for i, lab in enumerate(labels):
+        got = [(g, st) for g, l2, st in rows if l2 == lab]
+        fig.add_trace(go.Bar(x=[g for g, _ in got], y=[st[0] for _, st in got], name=lab,
+                             marker_color=SERIES[i % len(SERIES)],
+                             error_y=dict(type="data", array=[st[1] for _, st in got], visible=True)))
+    fig.update_layout(barmode="group")
+    return layout(fig, f"{measure[0].upper() + measure[1:]} per cell<br>mean ± sd over seeds", None, measure)

@@ -18,8 +18,8 @@ Built in: ``noise`` (DP-SGD beside BandMF's correlated noise), ``split`` (the be
 from __future__ import annotations
 
 from dpviz.studies.base import Measure, Study, cell_key, parse_sets, parse_value
-from dpviz.studies.registry import (AXIS_LABELS, STUDIES, available, axis_label, get, names, reading, register_study,
-                                    run, stored)
+from dpviz.studies.registry import (AXIS_LABELS, STUDIES, available, axis_label, figure, get, names, reading,
+                                    register_study, run, stored)
 from dpviz.studies.results import Results, load, results_name, said, save
 from dpviz.studies.report import report_pdf, runs_report, study_report, write_report
 from dpviz.studies.runner import command_line, counts, plan
@@ -28,6 +28,6 @@ from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in st
 from dpviz.studies import parts, lora, public, tuning  # noqa: E402,F401,I001
 
 __all__ = ["AXIS_LABELS", "Measure", "Results", "STUDIES", "Study", "available", "axis_label", "cell_key",
-           "command_line", "counts", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",
+           "command_line", "counts", "figure", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",
            "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "stored",
            "study_report", "write_report"]

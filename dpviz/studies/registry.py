@@ -86,6 +86,26 @@ def available(task: str | None = None, *, store_root=None) -> list[Results]:
     return [r for r in out if r.cells]
 
 
+def figure(study, results: Results):
+    """The study's figure of ``results``: its own, or its first measure per cell (mean ± sd over seeds), grouped
+    by the cell's first column; None where no cell has a number yet."""
+    study = get(study) if isinstance(study, str) else study
+    if study.figure is not None:
+        return study.figure(results)
+    first = study.measures[0]
+    rows = []
+    for e in results.cells.values():
+        if (st := results.stats(e["cell"], first.name)) is not None:
+            shown = list(study.columns(e["cell"]).items())
+            rows.append((f"{shown[0][0]} = {shown[0][1]}", ", ".join(f"{k} {v}" for k, v in shown[1:]) or first.label,
+                         st))
+    if not rows:
+        return None
+    from dpviz.figures.studies import cells_figure
+
+    return cells_figure(rows, first.label)
+
+
 def reading(study, results: Results) -> tuple[str, str]:
     """(verdict, sentence) of ``results`` by ``study``'s reading; "not read" where no cell has numbers yet."""
     study = get(study) if isinstance(study, str) else study

@@ -159,8 +159,8 @@ def study_section(res) -> str:
 
     parts = [f"<section><h2>Study: {_e(study.title)} on {_e(res.task)}{_e(' (' + ', '.join(where) + ')' if where else '')}"
              f"</h2><p>{_e(study.question)}</p>", f"<h3>Reading</h3><p><b>{_e(verdict)}.</b> {_e(sentence)}</p>"]
-    if study.figure is not None:
-        parts.append(_figure(study.figure(res), f"{study.title} on {res.task}: mean ± one sd over seeds per cell "
+    if (fig := studies.figure(study, res)) is not None:
+        parts.append(_figure(fig, f"{study.title} on {res.task}: mean ± one sd over seeds per cell "
                                                 f"({len(seeds)} seeds asked); the reading above, the numbers below."))
     parts += ["<h3>Numbers (mean ± sd over seeds)</h3>", _table(cols, rows)]
     if per_seed:
