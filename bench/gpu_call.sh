@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call of a lent GPU machine (at most 10 minutes): dpviz's GPU measurements, each part bounded in time,
+# One time-limited GPU job (at most 10 minutes): dpviz's GPU measurements, each part bounded in time,
 # every results file and log copied to $OUT as it is written.
 #
 # On the bare machine (Python 3.12 with torch, timm, transformers, scikit-learn) it needs, carried beside

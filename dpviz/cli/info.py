@@ -71,7 +71,7 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
                     help="stop after this many minutes: the run in flight stops at its next step and the same "
                     "command goes on later, resuming it from its last checkpoint (a pass in pieces, e.g. on a "
-                    "lent GPU of 10-minute calls)")
+                    "GPU cluster whose jobs are cut short after 10 minutes)")
     rp.add_argument("--list", action="store_true", help="list the claims and exit")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(handler=cmd_reproduce)
