@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from dpviz.config import RunConfig
-from dpviz.data.digits import load_digits
 
 N_DIGITS = 1437
 BASE = dict(backbone="vit", dataset="digits", epochs=20, eval_every=6)
@@ -32,6 +31,8 @@ def distortion() -> list[RunConfig]:
 
 
 def law(num_blocks: int = 4) -> list[RunConfig]:
+    from dpviz.data.digits import load_digits  # here: the constants above are read without torch
+
     n = load_digits().n
     out = []
     for eps in (1.0, 8.0):

@@ -138,7 +138,7 @@ if scaled_tasks:
     st.subheader("3 · Along the scale axis")
     st.markdown("Do the scale-sensitive claims change with how long a model trains? Each size's rows come from "
                 "this store where all their runs are in it, else from the results file the measured pass wrote "
-                "(`bench/run_scorecard.py --scale`, marked *file*).")
+                "(`python -m dpviz reproduce --scale`, marked *file*).")
     st_task = st.selectbox("task", scaled_tasks, key="re_scale_task", format_func=lambda t: tasks.task(t).label)
     by_size, source = {}, {}
     for size in sizes_of(st_task):

@@ -1,5 +1,5 @@
-"""Convert the tables the former comparison scripts wrote (``bench/results/noise_*.json``, ``split_*.json``:
-display strings of mean ± sd over seeds) into study results (`dpviz.studies.results`), shipped in
+"""Convert the tables the former comparison scripts wrote (``bench/results/noise_*.json``, ``split_*.json``,
+``depth_*.json``: display strings of mean ± sd over seeds) into study results (`dpviz.studies.results`), shipped in
 ``dpviz/studies/shipped/``.
 
 Those tables kept only each cell's mean, sd and number of seeds, so the converted cells hold that summary and
@@ -59,6 +59,40 @@ def convert_tuning(path: Path) -> Path:
     return out
 
 
+DEPTH_FITS = ("r2_from_1", "rho_from_1", "r2_all")  # the table's last three columns, in order
+
+
+def convert_depth(path: Path) -> Path:
+    """A ``depth_real-vision[_<scale>].json`` table of ``bench/run_depth.py``: per backbone, its pretrained fits at
+    the 7 stages and after every block (computed once: they depend on no seed) and its DP-FFT fits over seeds."""
+    doc = json.loads(path.read_text())
+    words = doc["command"].split()
+    scale = words[words.index("--scale") + 1] if "--scale" in words else "small"
+    seeds = list(range(int(words[words.index("--seeds") + 1]) if "--seeds" in words else 3))
+    res = results.Results(study="depth", task="real-vision", scale=scale, seeds=seeds,
+                          axes={"backbone": sorted({r[0] for r in doc["rows"]}), "phase": ["pretrained", "fft"]})
+    for backbone, layers, features, *fits in doc["rows"]:
+        cell = {"backbone": backbone, "phase": "pretrained" if features == "pretrained" else "fft"}
+        entry = res.cells.setdefault(results.cell_key(cell), {"cell": cell, "summary": {}, "source": "store"})
+        n, unit = layers.split()
+        prefix = "blocks_" if unit == "blocks" else ""
+        for name, text in zip(DEPTH_FITS, fits):
+            s = _cell(text, len(seeds))
+            # The script printed numpy's population sd (ddof 0) over its seeds; `Results.stats` gives the sample
+            # sd. The pretrained fits were read once and depend on no seed: every seed would give them, sd 0.
+            s["sd"] = round(s["sd"] * (len(seeds) / (len(seeds) - 1)) ** 0.5, 6) if len(seeds) > 1 else s["sd"]
+            entry["summary"][prefix + name] = s
+        if unit == "blocks":
+            entry["summary"]["block_layers"] = {"mean": float(n), "sd": 0.0, "n": len(seeds)}
+    res.provenance = {"command": doc["command"], "dpviz": "not recorded", "commit": "not recorded",
+                      "machine": doc["machine"], "device": "no GPU" if "no GPU" in doc["machine"] else "not recorded",
+                      "date": doc["date"], "store": "not recorded", "per_seed": "lost",
+                      "converted_from": f"bench/results/{path.name}"}
+    out = results.SHIPPED / f"{results.results_name('depth', 'real-vision', scale, {})}.json"
+    out.write_text(json.dumps(res.to_json(), indent=1, ensure_ascii=False) + "\n")
+    return out
+
+
 def _asked(command: str) -> tuple[str, str, str | None, dict]:
     """(study, task, scale, sets) of an old script's command line."""
     words = command.split()
@@ -99,4 +133,5 @@ def convert(path: Path) -> Path:
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         path = Path(name).resolve()
-        print(convert_tuning(path) if path.stem.startswith("private_tuning_") else convert(path))
+        print(convert_tuning(path) if path.stem.startswith("private_tuning_") else
+              convert_depth(path) if path.stem.startswith("depth_") else convert(path))

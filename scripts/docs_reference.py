@@ -330,6 +330,24 @@ def studies_page() -> str:
     return "\n".join(out)
 
 
+SCORECARD_MARK = re.compile(r"^<!-- scorecard: ([\w.-]+) -->$", re.M)
+
+
+def scorecard_block(name: str) -> str:
+    """A shipped scorecard (`dpviz.reproduce.filed`) as Markdown: one row per claim, its verdict, each group's
+    mean ± std over seeds, the reading, and where the rows come from."""
+    from dpviz.reproduce import filed
+    from dpviz.studies import results as study_results
+
+    res = study_results.shipped_file(name)
+    if res is None or res.study != filed.NAME:
+        raise KeyError(f"no shipped scorecard dpviz/studies/shipped/{name}.json")
+    rows = [[r["id"], r["verdict"], "; ".join(f"{g} {v['mean']:.3f} ± {v['std']:.3f}" for g, v in r["measured"].items()),
+             r["reading"]] for r in filed.rows(res).values()]
+    out = [table(["claim", "verdict", f"measured (mean ± std over {len(res.seeds)} seeds)", "reading"], rows)]
+    return "\n".join(out + ["From " + study_results.said(res.provenance) + ".\n"])
+
+
 def with_results(markdown: str) -> str:
     """A hand-written page with each ``<!-- results: NAME -->`` line replaced by that results file's table,
     so the figures a page discusses are the ones its script last wrote. An unknown name is an error."""
@@ -347,6 +365,7 @@ def with_results(markdown: str) -> str:
             raise KeyError(f"no study results {m.group(1)} (known: {', '.join(studied)})")
         return study_block(studied[m.group(1)], heading=False)
 
+    markdown = SCORECARD_MARK.sub(lambda m: scorecard_block(m.group(1)), markdown)
     return STUDY_MARK.sub(study, RESULTS_MARK.sub(one, markdown))
 
 

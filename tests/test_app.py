@@ -190,7 +190,7 @@ def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed
 def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypatch, tmp_path):
     """Planted rows on two tasks (and a claim one task cannot read): a verdict column per task, a figure and a
     reading per task under each claim, the reason in place of the unreadable verdict."""
-    from dashboard import published
+    from dpviz.studies import results as study_results
     from dpviz import reproduce
 
     def planted(claims=None, *, task="default", seeds=(0, 1, 2), changes=None, cache_dir=None, scale="small"):
@@ -204,7 +204,7 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
         return rows + ([reproduce.unreadable_row(reproduce.REGISTRY["004-public"], task)] if task == "real-text" else [])
 
     monkeypatch.setattr(reproduce, "stored_rows", planted)
-    monkeypatch.setattr(published, "FOLDER", tmp_path)  # no measured pass's rows either: only the planted ones
+    monkeypatch.setattr(study_results, "SHIPPED", tmp_path)  # no shipped rows either: only the planted ones
     monkeypatch.setattr(reproduce.Claim, "why_not", lambda self, task, scale="small": "no public text here" if
                         (self.id, task) == ("004-public", "real-text") else None)
     at = open_page("pages/reproduction.py")
@@ -222,7 +222,6 @@ def test_reproduction_page_shows_a_column_of_verdicts_per_task(app_env, monkeypa
 def test_reproduction_page_shows_a_claim_at_every_size_side_by_side(app_env, monkeypatch, tmp_path):
     """Planted rows of 000-dip on real-vision at small (in the store) and medium (only in a results file): the
     scale table has a column per size with the source marked, and one figure draws the kNN curves of both."""
-    from dashboard import published
     from dpviz import reproduce
 
     def dip(scale, knn):  # a row as the scorecard writes it, its curves from per-seed kNN series
@@ -237,9 +236,7 @@ def test_reproduction_page_shows_a_claim_at_every_size_side_by_side(app_env, mon
     monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", scale="small", **kw:
                         [small] if (task, scale) == ("real-vision", "small") else [])
     medium = dip("medium", {"fft": [{0: 0.8, 24: 0.76, 48: 0.9}] * 3, "lp-fft": [{0: 0.8, 24: 0.85, 48: 0.9}] * 3})
-    (tmp_path / "rows").mkdir()
-    (tmp_path / "rows" / "scorecard_real-vision_medium.json").write_text(json.dumps({"rows": [medium]}))
-    monkeypatch.setattr(published, "FOLDER", tmp_path)
+    ship_scorecard(monkeypatch, tmp_path, [medium], task="real-vision", scale="medium")
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
     table = next(t.value for t in at.table if "small (≈ 48 steps)" in t.value)
@@ -605,32 +602,43 @@ def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):
     assert f"{cost['random_count_epsilon']['poisson']:.3g}" in shown[0]
 
 
+def ship_scorecard(monkeypatch, folder, rows, *, task="default", scale="small", changes=None, command=None):
+    """Plant ``rows`` as the scorecard dpviz ships for ``task`` (its one results format, `dpviz.reproduce.filed`) in
+    ``folder``, which stands for ``dpviz/studies/shipped/``."""
+    from dpviz.reproduce import filed
+    from dpviz.studies import results as study_results
+
+    monkeypatch.setattr(study_results, "SHIPPED", folder)
+    res = study_results.Results(study=filed.NAME, task=task, scale=None if scale == "small" else scale,
+                                sets=dict(changes or {}), seeds=[0, 1, 2])
+    for r in rows:
+        res.cells[study_results.cell_key({"claim": r["id"]})] = {"cell": {"claim": r["id"]}, "row": r}
+    res.provenance = {"command": command or f"python -m dpviz reproduce --task {task}", "machine": "2 CPU cores",
+                      "date": "2026-11-26"}
+    (folder / f"{filed.file_name(task, scale, changes)}.json").write_text(json.dumps(res.to_json()))
+
+
 def test_reproduction_page_on_a_fresh_store_shows_the_measured_pass_beside_the_users_own(app_env, monkeypatch,
                                                                                            tmp_path):
     """No run in the store: every task's verdicts come from the project's results files, marked · file, with
     their command, machine and date; a claim the user ran shows theirs, and the file's where they differ."""
-    from dashboard import published
     from dpviz import reproduce
 
-    default_table = {"title": "Reproduction scorecard: default task", "columns": [
-        "id", "verdict", "dpviz's measurement (mean ± std, 3 seeds, auto rates)", "reading"],
-        "rows": [["000-lpfft", "agrees", "m", "LP-FFT ahead."], ["003-sparse", "partly", "m", "Close."]],
-        "notes": "3 seeds, 1 worker(s)", "command": "python bench/run_scorecard.py --task default",
-        "date": "2026-11-26", "machine": "2 CPU cores"}
-    (tmp_path / "scorecard_default.json").write_text(json.dumps(default_table))
+    shipped = [{**reproduce.unreadable_row(reproduce.REGISTRY[c], "default"), "verdict": v, "reading": text,
+                "seeds": 3} for c, v, text in (("000-lpfft", "agrees", "LP-FFT ahead."), ("003-sparse", "partly", "Close."))]
+    ship_scorecard(monkeypatch, tmp_path, shipped, command="python -m dpviz reproduce --task default")
     groups = {g: [{"test_accuracy": a, "run_id": f"{g}-{i}"} for i, a in enumerate(v)]
               for g, v in zip(("DP-LP-FFT", "DP-FFT"), ([0.6, 0.61, 0.62], [0.7, 0.71, 0.72]))}
     mine = reproduce.row(reproduce.REGISTRY["000-lpfft"], None, groups, "default")  # the user's: does not
     monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", scale="small", **kw:
                         [mine] if (task, scale) == ("default", "small") else [])
-    monkeypatch.setattr(published, "FOLDER", tmp_path)
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
     shown = at.table[0].value.set_index("claim")
     assert shown.loc["003-sparse", "default"] == "partly (3 seeds) · file"
     assert shown.loc["000-lpfft", "default"] == "does not (3 seeds); file: agrees"
     assert shown.loc["003-sparse", "real-text"] == "—"
-    assert any("python bench/run_scorecard.py --task default" in c.value and "2026-11-26" in c.value
+    assert any("python -m dpviz reproduce --task default" in c.value and "2026-11-26" in c.value
                for c in at.caption)
 
 
@@ -689,7 +697,6 @@ def test_the_server_runs_no_full_garbage_collection_after_each_script_run():
 def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env, monkeypatch, tmp_path):
     """DP-SGD's rows from the store, BandMF b = 2's only from a results file (a fresh clone's case): a table of
     both verdicts and a reading that names the claim that differs; at b = 4, with none, the command to run."""
-    from dashboard import published
     from dpviz import reproduce
 
     def row(claim, first, second):
@@ -700,10 +707,8 @@ def test_reproduction_page_says_which_verdicts_correlated_noise_changes(app_env,
     good, bad = ([0.70, 0.71, 0.72], [0.60, 0.61, 0.62]), ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
     monkeypatch.setattr(reproduce, "stored_rows", lambda claims=None, *, task="default", changes=None, **kw:
                         [row("000-lpfft", *good), row("003-sparse", *good)] if task == "default" and not changes else [])
-    (tmp_path / "rows").mkdir()
-    (tmp_path / "rows" / "scorecard_default_bandmf-b2.json").write_text(json.dumps(
-        {"rows": [row("000-lpfft", *good), row("003-sparse", *bad)]}))
-    monkeypatch.setattr(published, "FOLDER", tmp_path)
+    ship_scorecard(monkeypatch, tmp_path, [row("000-lpfft", *good), row("003-sparse", *bad)],
+                   changes={"mechanism": "bandmf", "bands": 2})
     at = open_page("pages/reproduction.py")
     assert not at.exception, [e.value for e in at.exception]
     table = next(t.value for t in at.table if "BandMF b = 2" in t.value).set_index("claim")

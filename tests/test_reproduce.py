@@ -150,6 +150,14 @@ def test_one_claim_end_to_end_from_the_cli_in_two_workers_and_resumed_from_the_s
     assert row["id"] == "003-selection" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
     assert set(row["measured"]) == {"SPARTA rows", "random rows", "magnitude rows"} and row["seed_file"].startswith("003_")
     assert [row] == r.stored_rows(["003-selection"], seeds=(0, 1), cache_dir=cache_dir)  # read back, nothing run
+    from dpviz.reproduce import filed  # the pass's rows, filed as study results by the one writer
+
+    res = filed.load(task="default", store_root=cache_dir, shipped=False)
+    kept = filed.rows(res)["003-selection"]
+    assert {k: v for k, v in kept.items() if k not in ("source", "provenance")} == row
+    assert filed.rejudge(kept) == (row["verdict"], row["reading"])
+    assert res.provenance["command"].startswith("python -m dpviz reproduce --task default --seeds 2 --claims "
+                                                "003-selection") and res.provenance["per_seed"] == "kept"
     bad = subprocess.run(cmd[:4] + ["--claims", "999"], env=cli_env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: claims: some of 000-lpfft")
     bad = subprocess.run(cmd[:4] + ["--task", "imagenet"], env=cli_env, capture_output=True, text=True)
@@ -239,3 +247,48 @@ def test_stop_after_stops_a_pass_and_the_cli_says_how_to_go_on(cli_env):
     assert "the same command goes on" in out.stderr
     bad = subprocess.run(cmd[:-2] + ["0", "--json"], env=cli_env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("dpviz: error: stop-after: minutes > 0")
+
+
+def test_scorecard_rows_are_filed_as_study_results_and_their_verdicts_follow_from_the_numbers_they_keep(tmp_path):
+    """One writer, one reader: rows saved into a store's scorecard file with their provenance, merged claim by
+    claim, read back over the shipped rows; a row's verdict is its judge's on the measurement it keeps, so
+    numbers changed in the file change the verdict judged from them."""
+    from dpviz.reproduce import filed
+    from dpviz.store import Store
+
+    def lpfft(a, b, claim="000-lpfft"):
+        groups = {g: [{"test_accuracy": x, "run_id": f"{g}-{i}"} for i, x in enumerate(v)]
+                  for g, v in zip(("DP-LP-FFT", "DP-FFT"), (a, b))}
+        return {**r.row(r.REGISTRY["000-lpfft"], None, groups, "default"), "id": claim}
+
+    store = Store(tmp_path)
+    ahead = lpfft([0.70, 0.71, 0.72], [0.60, 0.61, 0.62])
+    filed.save_rows([ahead], task="default", store=store, command="python -m dpviz reproduce", seeds=(0, 1, 2))
+    behind = lpfft([0.50, 0.51, 0.52], [0.60, 0.61, 0.62], claim="003-sparse")
+    filed.save_rows([behind], task="default", store=store, command="python -m dpviz reproduce", seeds=(0, 1, 2))
+    res = filed.load(task="default", store_root=tmp_path)
+    rows = filed.rows(res)
+    assert rows["000-lpfft"]["source"] == "store" and rows["003-sparse"]["verdict"] == r.DOES_NOT
+    assert rows["004-public"]["source"] == "shipped"  # the shipped scorecard answers for the claims not run here
+    assert filed.rejudge(rows["000-lpfft"]) == (r.AGREES, ahead["reading"])
+    assert set(res.provenance) >= {"command", "dpviz", "commit", "machine", "device", "date", "store"}
+    planted = {**rows["000-lpfft"], "measurement": {"groups": {"DP-LP-FFT": [0.5, 0.51, 0.52],
+                                                               "DP-FFT": [0.6, 0.61, 0.62]}}}
+    assert filed.rejudge(planted)[0] == r.DOES_NOT
+    assert filed.file_name("real-vision", "medium", {"mechanism": "bandmf", "bands": 2, "device": "cuda"}) == \
+        "scorecard_real-vision_medium_bandmf-b2"
+
+
+def test_every_shipped_scorecard_reads_and_its_kept_measurements_give_its_verdicts():
+    from dpviz.reproduce import filed
+    from dpviz.studies import results as study_results
+
+    names = [n for n in study_results.shipped_names() if n.startswith("scorecard_")]
+    assert {"scorecard_default", "scorecard_real-text", "scorecard_real-vision"} <= set(names)
+    for name in names:
+        res = study_results.shipped_file(name)
+        assert res.study == filed.NAME and res.provenance.get("command", "").startswith("python -m dpviz reproduce")
+        for claim, row in filed.rows(res).items():
+            assert claim in r.REGISTRY and row["verdict"] in (*r.VERDICTS, r.NOT_READ)
+            judged = filed.rejudge(row)
+            assert judged is None or judged[0] == row["verdict"], (name, claim)

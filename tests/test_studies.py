@@ -99,7 +99,7 @@ def test_every_shipped_results_file_reads_and_names_a_registered_study():
     names = study_results.shipped_names()
     assert {"noise_default", "split_default", "parts_default", "lora_default", "public-first_default",
             "noise_real-vision", "split_real-vision"} <= set(names), names
-    for name in names:
+    for name in [n for n in names if not n.startswith("scorecard_")]:  # the scorecard's: test_reproduce.py
         res = study_results.shipped_file(name)
         assert res is not None and res.study in studies.STUDIES and res.cells, name
         assert study_results.results_name(res.study, res.task, res.scale, res.sets) == name
@@ -159,7 +159,8 @@ def test_cells_that_set_the_same_fields_are_one_and_seeds_are_outermost():
 
 
 TINY = {"train_size": 200, "epochs": 1, "batch_size": 50}
-BUILT_IN = ("noise", "split", "parts", "lora", "public-first", "private-tuning")
+BUILT_IN = ("noise", "split", "parts", "lora", "public-first", "private-tuning", "distortion", "law", "proxy-tuning",
+            "depth", "curvature", "decelerator", "sparse-selection")
 
 
 @pytest.mark.slow
@@ -311,11 +312,26 @@ def test_a_study_whose_cells_differ_only_in_how_they_run_keeps_them_apart():
 
 def test_every_study_draws_its_shipped_results_each_cell_once():
     """A study without a figure of its own draws its first measure per cell; every shipped cell is in a figure."""
+    assert [n for n in studies.names() if n in BUILT_IN] == list(BUILT_IN)
     for name in BUILT_IN:  # not a study another test file registered
-        res = studies.stored(name)
+        study = studies.get(name)
+        found = studies.available() if name != "depth" else [studies.stored(name, task="real-vision", scale="small")]
+        res = next((r for r in found if r.study == name), None)
+        assert res is not None, f"{name}: no shipped results"
         fig = studies.figure(name, res)
         assert fig is not None, name
-        bars = sum(len(t.y) for t in fig.data)
-        assert bars == sum(1 for e in res.cells.values() if res.stats(e["cell"], "accuracy")), name
+        drawn = study.measures[0].name if study.figure is None else "accuracy"  # the default figure: the first
+        assert sum(len(t.y) for t in fig.data) == sum(1 for e in res.cells.values() if res.stats(e["cell"], drawn)), name
     fig = studies.figure("lora", studies.stored("lora"))
     assert [t.name for t in fig.data] == ["rank r 1", "rank r 2", "rank r 4", "rank r 8"]
+
+
+def test_a_study_at_a_larger_size_tests_its_runs_as_seldom_as_the_scorecards():
+    from dpviz.reproduce import SCALES
+
+    every = SCALES["medium"]["real-vision"]["every"]
+    small, medium = (runner.plan(studies.get("noise"), task="real-vision", scale=s, seeds=(0,)) for s in ("small", "medium"))
+    assert every > 1 and medium[0].config.eval_every == small[0].config.eval_every * every
+    assert medium[0].config.checkpoint_every == small[0].config.checkpoint_every * every
+    mine = runner.plan(studies.get("noise"), task="real-vision", scale="medium", seeds=(0,), sets={"eval_every": 5})
+    assert mine[0].config.eval_every == 5  # the user's own interval stays

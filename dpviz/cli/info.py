@@ -163,6 +163,33 @@ def _list_claims(task: str, as_json: bool, scale: str = "small") -> int:
     return 0
 
 
+def reproduce_command(args, changes: dict) -> str:
+    """The command that runs this pass again, as the command line takes it."""
+    import shlex
+
+    out = f"python -m dpviz reproduce --task {args.task} --seeds {args.seeds}"
+    out += f" --scale {args.scale}" if args.scale != "small" else ""
+    out += " --claims " + " ".join(args.claims) if args.claims else ""
+    plain = {k: v for k, v in changes.items() if k != "device"}
+    out += " --set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                                for k, v in plain.items()) if plain else ""
+    return out + (f" --device {changes['device']}" if "device" in changes else "")
+
+
+def _file_rows(rows: list[dict], args, changes: dict) -> None:
+    """The rows read, into the store's scorecard results (`dpviz.reproduce.filed`), with their provenance."""
+    from dpviz.reproduce import filed
+    from dpviz.store import Store
+
+    if not rows:
+        return
+    store = Store(args.cache_dir)
+    filed.save_rows(rows, task=args.task, scale=args.scale, changes=changes, store=store,
+                    command=reproduce_command(args, changes), seeds=range(args.seeds))
+    print(f"dpviz: rows written to {store.root / 'studies' / (filed.file_name(args.task, args.scale, changes) + '.json')}",
+          file=sys.stderr)
+
+
 def cmd_reproduce(args) -> int:
     from dpviz import reproduce
     from dpviz.tasks import task
@@ -197,6 +224,7 @@ def cmd_reproduce(args) -> int:
                          cache_dir=args.cache_dir, progress=progress, workers=args.workers, scale=args.scale,
                          stop_after=stop, on_note=lambda text: print(f"\ndpviz: {text}", file=sys.stderr))
     print(file=sys.stderr)
+    _file_rows(rows, args, changes)
     wanted = len(args.claims or reproduce.REGISTRY)
     if stop is not None and len(rows) < wanted:
         print(f"dpviz: stopped after {args.stop_after:g} min with {len(rows)} of {wanted} claims read; the same "

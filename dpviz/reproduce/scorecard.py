@@ -62,7 +62,16 @@ def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default
                                                                           or [0.0])), "std": 0.0}}
     return {**_header(claim, task, scale), "verdict": verdict, "reading": reading, "measured": stats, "private_statistics": claim.private,
             **({"note": PRIVATE_NOTE} if claim.private else {}), "seeds": n_seeds,
-            "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}, **curves(m)}
+            "run_ids": {g: [s["run_id"] for s in runs] for g, runs in groups.items()}, **curves(m),
+            "measurement": _plain(m)}
+
+
+def _plain(m: dict) -> dict:
+    """``m`` as JSON keeps it (numpy numbers and arrays as plain ones, keys as text), so the row's verdict can be
+    judged again from the row alone (`dpviz.reproduce.filed.rejudge`)."""
+    import json
+
+    return json.loads(json.dumps(m, default=lambda o: o.tolist() if hasattr(o, "tolist") else float(o)))
 
 
 def _stat(values) -> dict:
@@ -262,12 +271,6 @@ def variant(changes: dict | None) -> str:
     words = [f"{mechanism}-b{c.pop('bands', 1)}"] if mechanism != "dp-sgd" else []
     words += [f"{k}-{v}" for k, v in sorted(c.items())]
     return "_".join(re.sub(r"[^\w.-]", "", w) for w in words)
-
-
-def results_name(task: str, scale: str = "small", changes: dict | None = None) -> str:
-    """The results file `bench/run_scorecard.py` writes for a pass: scorecard_<task>[_<scale>][_<variant>]."""
-    name = f"scorecard_{task}" + (f"_{scale}" if scale != "small" else "")
-    return name + (f"_{v}" if (v := variant(changes)) else "")
 
 
 def stored_rows(claims=None, *, task: str = "default", seeds=(0, 1, 2), changes: dict | None = None,

@@ -83,8 +83,8 @@ def _moves(drop: float) -> str:
 
 
 def best_p(curve: dict) -> float:
-    """The LP share with the highest mean accuracy ({p: [accuracies]})."""
-    return max(curve, key=lambda p: (mean_std(curve[p])[0], -p))
+    """The LP share with the highest mean accuracy ({p: [accuracies]}; a share may be a JSON key, "0.2")."""
+    return float(max(curve, key=lambda p: (mean_std(curve[p])[0], -float(p))))
 
 
 def judge_interior(m: dict) -> tuple[str, str]:

@@ -12,7 +12,11 @@ own named in ``DPVIZ_PLUGINS`` registers one the same way.
 
 Built in: ``noise`` (DP-SGD beside BandMF's correlated noise), ``split`` (the best LP share per mechanism),
 ``parts`` (BandMF's independent parts beside an equal split), ``lora`` (DP-LoRA's rank) and
-``public-first`` (public, then private, beside pure DP-FFT) and ``private-tuning`` (tuning within one total ε).
+``public-first`` (public, then private, beside pure DP-FFT), ``private-tuning`` (tuning within one total ε),
+``distortion`` (the early kNN dip), ``law`` (the separation law across tuned blocks) and ``proxy-tuning``
+(tuning on the public proxy or on the private data), ``depth`` (the separation law at three depths of
+EfficientNet-Lite) and ``curvature`` (the decelerator over DP-FFT training), ``decelerator`` (the noise alone of K steps against the
+curvature formula) and ``sparse-selection`` (SPARTA's private row choice against the noiseless one).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from dpviz.studies.runner import command_line, counts, plan
 
 from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in studies register themselves)
 from dpviz.studies import parts, lora, public, tuning  # noqa: E402,F401,I001
+from dpviz.studies import presets, proxy  # noqa: E402,F401,I001
+from dpviz.studies import depth, curvature  # noqa: E402,F401,I001
+from dpviz.studies import decelerator, selection  # noqa: E402,F401,I001
 
 __all__ = ["AXIS_LABELS", "Measure", "Results", "STUDIES", "Study", "available", "axis_label", "cell_key",
            "command_line", "counts", "figure", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",

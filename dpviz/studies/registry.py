@@ -10,7 +10,10 @@ STUDIES: dict[str, Study] = {}
 """The registered studies by name, in registration order."""
 
 AXIS_LABELS = {"epsilon": "ε", "parts": "BandMF parts", "lora_rank": "LoRA rank r", "bands": "bands b (1: DP-SGD)", "lp_fraction": "LP share p", "family": "correlated noise",
-               "strategy": "strategy", "mechanism": "mechanism"}
+               "strategy": "strategy", "mechanism": "mechanism",
+               "tuned_on": "tuned on", "tune_blocks": "blocks tuned k", "lr": "learning rate",
+               "backbone": "backbone", "phase": "features read",
+               "horizon": "K noise steps"}
 
 
 def register_study(study: Study) -> Study:

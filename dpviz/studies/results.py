@@ -288,7 +288,7 @@ def _merged(there: Results, mine: Results) -> Results:
         own = mine.cells.get(k)
         if own is None or own.get("source") != "store":
             mine.cells[k] = e
-        else:
+        elif "runs" in own:  # a cell whose numbers are one row (a scorecard claim's) is replaced whole
             own["runs"] = {**e.get("runs", {}), **own.get("runs", {})}
     mine.seeds = sorted({*there.seeds, *mine.seeds})
     mine.axes = {**there.axes, **mine.axes}

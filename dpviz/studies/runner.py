@@ -77,8 +77,21 @@ def plan(study: Study, *, task: str = "default", scale: str | None = None, seeds
     for seed in seeds:
         for cell in cells:
             fields = _sized(task, scale, {**study.base, **study.fields(cell)})
-            out.append(Item(cell, int(seed), tasks.config(task, **{**fields, "seed": int(seed), **(sets or {})})))
+            cfg = tasks.config(task, **{**fields, "seed": int(seed), **(sets or {})})
+            out.append(Item(cell, int(seed), _tested_less(cfg, task, scale, sets)))
     return out
+
+
+def _tested_less(cfg: RunConfig, task: str, scale: str | None, sets: dict | None) -> RunConfig:
+    """A run of a larger size tested ``every`` times less often than at small, as the scorecard's are
+    (`dpviz.reproduce.at_scale`), so a study and the scorecard share runs there, and a long run does not spend
+    a third of its time on test passes; an ``eval_every`` the user set stays."""
+    from dpviz.reproduce.claims import ONLY_PHASE_ENDS, SCALES
+
+    every = SCALES.get(scale or "small", {}).get(task, {}).get("every", 1)
+    if every == 1 or "eval_every" in (sets or {}) or cfg.eval_every >= ONLY_PHASE_ENDS:
+        return cfg
+    return cfg.replace(eval_every=cfg.eval_every * every)
 
 
 def command_line(study: str, task: str, scale, seeds, sets, vary, keep) -> str:
@@ -139,7 +152,8 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
     total, done = len(todo), 0
     deadline = None if stop_after is None else Deadline(stop_after, cancel or threading.Event(), store, note)
     cancel = deadline.cancel if deadline else cancel
-    for it in todo:
+    trained: dict[str, str] = {}  # config hash → the run this study trained, pruned after the last cell reading it
+    for i, it in enumerate(todo):
         if res.done(it.cell, it.seed, it.config.hash()):
             done += 1
             continue
@@ -162,8 +176,11 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
         res.add(it.cell, it.seed, run_id=summary["run_id"], config=it.config.hash(), values=values)
         res.provenance = _results.provenance(command, store, res.run_ids(), before=res.provenance)
         res = _results.save(res, store.root, private=[m.name for m in study.measures if m.private])
+        h = it.config.hash()
         if keep == "results" and _trained_here(summary, store):
-            store.prune_files(summary["run_id"])
+            trained[h] = summary["run_id"]
+        if h in trained and not any(later.config.hash() == h for later in todo[i + 1:]):
+            store.prune_files(trained.pop(h))  # cells of one run (a study's kinds) read it before it goes
         done += 1
     if progress:
         progress(done, total, "done" if done == total else "stopped")
