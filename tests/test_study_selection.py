@@ -32,6 +32,7 @@ def test_the_reading_weighs_the_overlap_against_random_rows_and_the_spread():
     assert studies.reading("sparse-selection", planted({1.0: [0.17, 0.21, 0.25]}))[0] == "no signal beyond random"
 
 
+@pytest.mark.slow
 def test_a_tiny_real_run_compares_the_noisy_choice_with_the_noiseless_one(cache_dir):
     res = studies.run("sparse-selection", task="default", seeds=(0,), cache_dir=cache_dir,
                       sets={"epochs": 3, "train_size": 400}, vary={"epsilon": (8.0,)})
@@ -48,6 +49,7 @@ def test_it_refuses_a_run_that_does_not_select_by_sparta(cache_dir):
                     vary={"epsilon": (8.0,)})
 
 
+@pytest.mark.slow
 def test_the_noisy_choice_is_the_rows_the_run_itself_trains(cache_dir):
     """The selection epoch rerun from the head phase's end picks exactly the mask the sparse run stores."""
     from dpviz import tasks
