@@ -11,11 +11,11 @@ from dpviz.studies import results as study_results
 
 
 def planted(values: dict, seeds=(0, 1, 2)) -> study_results.Results:
-    """{(bands, horizon): {measure: [per seed]}} at ε = 8 as results."""
+    """{(bands, horizon[, ε]): {measure: [per seed]}} (ε = 8 unless given) as results."""
     res = study_results.Results(study="decelerator", task="default", seeds=list(seeds))
-    for (b, k), measured in values.items():
+    for (b, k, *eps), measured in values.items():
         for i, seed in enumerate(seeds):
-            res.add({"bands": b, "horizon": k, "epsilon": 8.0}, seed, run_id=f"r{seed}", config="c",
+            res.add({"bands": b, "horizon": k, "epsilon": eps[0] if eps else 8.0}, seed, run_id=f"r{seed}", config="c",
                     values={n: v[i] for n, v in measured.items()})
     return res
 
@@ -36,7 +36,11 @@ def test_the_reading_says_whether_the_formula_predicts_and_whether_bands_leave_l
         in text, text
     values[(4, 4)] = cell(2.1, 0.95)  # one cell the formula misses by more than the tolerance
     verdict, text = studies.reading("decelerator", planted(values))
-    assert verdict == "formula off, bands quieter" and "b = 4, K = 4 at ε = 8 (2.10 ± 0.05)" in text, text
+    assert verdict == "formula off, bands quieter" and "outside a factor 1.5: b = 4, K = 4 (2.10 ± 0.05)" in text, text
+    two = {**values, (4, 4): cell(1.3, 0.95), (1, 64, 1.0): cell(0.2, 1.0), (4, 64, 1.0): cell(1.1, 1.25)}
+    verdict, text = studies.reading("decelerator", planted(two))  # a large σ leaves the quadratic regime at ε = 1
+    assert verdict == "formula holds at ε = 8, bands mixed", (verdict, text)
+    assert text.startswith("At ε = 1 the loss change") and "outside a factor 1.5: b = 1, K = 64 (0.20" in text, text
     values[(4, 4)], values[(2, 4)] = cell(1.3, 1.25), cell(1.15, 1.11)  # BandMF noisier than DP-SGD
     assert studies.reading("decelerator", planted(values))[0] == "formula holds, bands noisier"
     unread = planted(values)
