@@ -214,3 +214,30 @@ def test_a_plugin_replacing_a_built_in_accountant_is_one_line_and_nothing_runs(n
     assert out.returncode == 2 and len(err) == 1 and "DPVIZ_PLUGINS" in err[0], out.stderr
     assert "seam_plugin" in err[0] and f"got '{name}'" in err[0] and "built-in accountant" in err[0]
     assert Store(cache_dir).list_runs() == []
+
+
+def test_a_schedule_calibrated_before_takes_its_sigma_with_one_call_and_an_accountant_broken_since_is_refused(
+        monkeypatch, fast_cfg):
+    """A process calibrates a schedule once: the same schedule again (a study's next seed, the device worker's
+    next job) costs one accountant call, not a search; a plugin whose ε was broken in place since is read
+    afresh and refused, as it would be on a first calibration."""
+    from dpviz.training import calibration
+
+    share = [1.0]  # what the plugin reports of PRV's ε: all of it, until it breaks
+    accountants.register(accountants.Accountant(name="prv-copy", label="prv copy", color="#999999",
+                                                epsilon=lambda history, delta: share[0] * _prv(history, delta)))
+    try:
+        calls = []
+        real = accounting.epsilon
+        monkeypatch.setattr(accounting, "epsilon", lambda **kw: calls.append(1) or real(**kw))
+        cfg = fast_cfg(accountant="prv-copy", epsilon=1.0)
+        first = calibration.calibrate(cfg, [DP])
+        searched, calls[:] = len(calls), []
+        assert calibration.calibrate(cfg, [DP]) == first and len(calls) == 1 < searched
+        assert calibration.calibrate(cfg.replace(epsilon=2.0), [DP]) < first  # another budget: searched
+        share[0] = 0.5  # broken in place: half of PRV's ε, below what PLD gives
+        with pytest.raises(accountants.Refused) as e:
+            calibration.calibrate(cfg, [DP])
+        one_line(e.value, "prv-copy", "dp_accounting's PLD")
+    finally:
+        accountants.REGISTRY.pop("prv-copy", None)

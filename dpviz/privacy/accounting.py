@@ -169,6 +169,18 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, phases: list[Phase],
     return sigma
 
 
+def check_sigma(*, sigma: float, target_epsilon: float, delta: float, phases: list[Phase],
+                accountant: str | registry.Accountant = "prv") -> bool:
+    """Whether ``sigma`` spends at most ``target_epsilon`` over ``phases`` by ``accountant``, its ε checked as an
+    answer (`accountants.check_answer`, which refuses a broken one): a σ found before, taken again."""
+    acc = registry.get(accountant)
+    spent = epsilon(phases=with_sigma(phases, sigma), delta=delta, accountant=acc)
+    if spent > target_epsilon:
+        return False
+    registry.check_answer(acc, _history(with_sigma(phases, sigma)), delta, spent)
+    return True
+
+
 MONOTONE_TOLERANCE = 1e-6
 """How much an ε may rise as σ grows (relative): none, bar rounding. PRV, RDP, GDP and PLD fell at every
 step of 150 σ from 0.7 to 1.5 times the calibrated one, at seven schedules."""

@@ -50,11 +50,26 @@ def check_public(cfg: RunConfig, private: Shape) -> None:
                           f"{f'{pub.channels} channel(s), ' if what else ''}{pub.num_classes}", cfg.public_dataset)
 
 
+_FOUND: dict[tuple, float] = {}
+"""σ this process calibrated, by (accountant object, ε, δ, schedule without σ): a study's seeds, a sweep's
+repeats and the device worker's later jobs share schedules, and a search costs several accountant calls."""
+
+
 def calibrate(cfg: RunConfig, phases: list[Phase]) -> float:
-    """σ for ``phases`` (σ unset) so that the whole schedule spends at most ``cfg.epsilon``."""
+    """σ for ``phases`` (σ unset) so that the whole schedule spends at most ``cfg.epsilon``.
+
+    A schedule this process calibrated already takes the σ found then, checked again by one accountant call (and
+    its answer's checks, `accounting.check_sigma`) in place of the search's several: an accountant changed since
+    is read afresh."""
     try:
-        return accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
-                                          accountant=accounting.bound_by(cfg.accountant))
+        acc = accounting.registry.get(accounting.bound_by(cfg.accountant))
+        key = (acc.name, id(acc), cfg.epsilon, cfg.delta, tuple(replace(p, noise_multiplier=0.0) for p in phases))
+        if (known := _FOUND.get(key)) is not None and accounting.check_sigma(
+                sigma=known, target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases, accountant=acc):
+            return known
+        _FOUND[key] = sigma = accounting.calibrate_sigma(target_epsilon=cfg.epsilon, delta=cfg.delta, phases=phases,
+                                                         accountant=acc)
+        return sigma
     except ConfigError:  # already names its field (the accountant's package is missing)
         raise
     except ValueError as e:
