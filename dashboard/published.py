@@ -1,10 +1,10 @@
-"""The scorecard rows dpviz ships (`dpviz.reproduce.filed`: study results in ``dpviz/studies/shipped/``), for
+"""The scorecard rows dpviz ships (`dpviz.studies.scorecard`: study results in ``dpviz/studies/shipped/``), for
 pages that show a measured pass beside the user's store."""
 
 from __future__ import annotations
 
-from dpviz.reproduce import filed
-from dpviz.studies import results
+from dpviz.studies import said
+from dpviz.studies import scorecard as filed
 
 
 def scorecard_rows(task: str, size: str = "small", changes: dict | None = None) -> dict[str, dict]:
@@ -21,4 +21,4 @@ def scorecard_verdicts(task: str, size: str = "small", changes: dict | None = No
 def provenance(task: str, size: str = "small", changes: dict | None = None) -> str | None:
     """Where ``task``'s shipped scorecard comes from, in one line (None: none ships)."""
     res = filed.load(task=task, scale=size, changes=changes)
-    return results.said(res.shipped_provenance) if res.cells else None
+    return said(res.shipped_provenance) if res.cells else None

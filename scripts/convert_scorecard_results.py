@@ -1,6 +1,6 @@
 """Convert the scorecard files the former ``bench/run_scorecard.py`` wrote (``bench/results/scorecard_*.json``,
 a table of display strings, and ``bench/results/rows/scorecard_*.json``, the rows whole) into the scorecard's
-study results (`dpviz.reproduce.filed`), shipped in ``dpviz/studies/shipped/``.
+study results (`dpviz.studies.scorecard`), shipped in ``dpviz/studies/shipped/``.
 
 Those rows kept each group's mean and std but not its per-seed values, nor the measurement their judge read, so
 a converted file's provenance says ``per_seed: lost`` and its verdicts are the ones judged when it ran; where
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from dpviz import reproduce
-from dpviz.reproduce import filed
+from dpviz.studies import scorecard as filed
 from dpviz.studies import results
 
 

@@ -334,9 +334,9 @@ SCORECARD_MARK = re.compile(r"^<!-- scorecard: ([\w.-]+) -->$", re.M)
 
 
 def scorecard_block(name: str) -> str:
-    """A shipped scorecard (`dpviz.reproduce.filed`) as Markdown: one row per claim, its verdict, each group's
+    """A shipped scorecard (`dpviz.studies.scorecard`) as Markdown: one row per claim, its verdict, each group's
     mean ± std over seeds, the reading, and where the rows come from."""
-    from dpviz.reproduce import filed
+    from dpviz.studies import scorecard as filed
     from dpviz.studies import results as study_results
 
     res = study_results.shipped_file(name)

@@ -603,9 +603,9 @@ def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):
 
 
 def ship_scorecard(monkeypatch, folder, rows, *, task="default", scale="small", changes=None, command=None):
-    """Plant ``rows`` as the scorecard dpviz ships for ``task`` (its one results format, `dpviz.reproduce.filed`) in
+    """Plant ``rows`` as the scorecard dpviz ships for ``task`` (its one results format, `dpviz.studies.scorecard`) in
     ``folder``, which stands for ``dpviz/studies/shipped/``."""
-    from dpviz.reproduce import filed
+    from dpviz.studies import scorecard as filed
     from dpviz.studies import results as study_results
 
     monkeypatch.setattr(study_results, "SHIPPED", folder)

@@ -150,7 +150,7 @@ def test_one_claim_end_to_end_from_the_cli_in_two_workers_and_resumed_from_the_s
     assert row["id"] == "003-selection" and row["verdict"] in r.VERDICTS and row["seeds"] == 2
     assert set(row["measured"]) == {"SPARTA rows", "random rows", "magnitude rows"} and row["seed_file"].startswith("003_")
     assert [row] == r.stored_rows(["003-selection"], seeds=(0, 1), cache_dir=cache_dir)  # read back, nothing run
-    from dpviz.reproduce import filed  # the pass's rows, filed as study results by the one writer
+    from dpviz.studies import scorecard as filed  # the pass's rows, filed as study results by the one writer
 
     res = filed.load(task="default", store_root=cache_dir, shipped=False)
     kept = filed.rows(res)["003-selection"]
@@ -253,7 +253,7 @@ def test_scorecard_rows_are_filed_as_study_results_and_their_verdicts_follow_fro
     """One writer, one reader: rows saved into a store's scorecard file with their provenance, merged claim by
     claim, read back over the shipped rows; a row's verdict is its judge's on the measurement it keeps, so
     numbers changed in the file change the verdict judged from them."""
-    from dpviz.reproduce import filed
+    from dpviz.studies import scorecard as filed
     from dpviz.store import Store
 
     def lpfft(a, b, claim="000-lpfft"):
@@ -280,7 +280,7 @@ def test_scorecard_rows_are_filed_as_study_results_and_their_verdicts_follow_fro
 
 
 def test_every_shipped_scorecard_reads_and_its_kept_measurements_give_its_verdicts():
-    from dpviz.reproduce import filed
+    from dpviz.studies import scorecard as filed
     from dpviz.studies import results as study_results
 
     names = [n for n in study_results.shipped_names() if n.startswith("scorecard_")]

@@ -177,8 +177,8 @@ def reproduce_command(args, changes: dict) -> str:
 
 
 def _file_rows(rows: list[dict], args, changes: dict) -> None:
-    """The rows read, into the store's scorecard results (`dpviz.reproduce.filed`), with their provenance."""
-    from dpviz.reproduce import filed
+    """The rows read, into the store's scorecard results (`dpviz.studies.scorecard`), with their provenance."""
+    from dpviz.studies import scorecard as filed
     from dpviz.store import Store
 
     if not rows:

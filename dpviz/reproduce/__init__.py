@@ -2,8 +2,8 @@
 toy task or a real pretrained model on real data, `dpviz.tasks`).
 
 One module per part: `claims` (what each claim needs and measures), `verdicts` (pure judges),
-`scorecard` (training what is missing and reading the rows), `filed` (the rows as study results: one writer,
-one reader, with provenance, shipped in ``dpviz/studies/shipped/``).
+`scorecard` (training what is missing and reading the rows). Its rows are filed as study results by
+`dpviz.studies.scorecard` (one writer, one reader, with provenance, shipped in ``dpviz/studies/shipped/``).
 
 Each `Claim` names its seed file, the sentence it tests and the experiment, declared once for every
 task (`configs(task, seeds)`: ordinary `RunConfig`s with "auto" learning rates, one per seed);

@@ -68,7 +68,7 @@ def row(claim: Claim, store, groups: dict[str, list[dict]], task: str = "default
 
 def _plain(m: dict) -> dict:
     """``m`` as JSON keeps it (numpy numbers and arrays as plain ones, keys as text), so the row's verdict can be
-    judged again from the row alone (`dpviz.reproduce.filed.rejudge`)."""
+    judged again from the row alone (`dpviz.studies.scorecard.rejudge`)."""
     import json
 
     return json.loads(json.dumps(m, default=lambda o: o.tolist() if hasattr(o, "tolist") else float(o)))

@@ -28,13 +28,11 @@ from dpviz.studies.results import Results, load, results_name, said, save
 from dpviz.studies.report import report_pdf, runs_report, study_report, write_report
 from dpviz.studies.runner import command_line, counts, plan
 
-from dpviz.studies import noise, split  # noqa: E402,F401,I001  (the built-in studies register themselves)
-from dpviz.studies import parts, lora, public, tuning  # noqa: E402,F401,I001
-from dpviz.studies import presets, proxy  # noqa: E402,F401,I001
-from dpviz.studies import depth, curvature  # noqa: E402,F401,I001
-from dpviz.studies import decelerator, selection  # noqa: E402,F401,I001
+from dpviz.studies import noise, split, parts, lora, public, tuning  # noqa: E402,F401,I001  (the built-in studies
+from dpviz.studies import presets, proxy, depth, curvature, decelerator, selection  # noqa: E402,F401,I001  register)
+from dpviz.studies import scorecard  # noqa: E402,I001  (the scorecard's rows, filed as study results)
 
 __all__ = ["AXIS_LABELS", "Measure", "Results", "STUDIES", "Study", "available", "axis_label", "cell_key",
            "command_line", "counts", "figure", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",
-           "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "stored",
+           "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "scorecard", "stored",
            "study_report", "write_report"]
