@@ -10,6 +10,7 @@ from dpviz import experiments, studies
 from dpviz.errors import ConfigError
 from dpviz.studies import results as study_results
 from dpviz.studies import runner
+from dpviz.studies import presets
 from dpviz.studies.presets import law_config
 
 
@@ -23,8 +24,11 @@ def planted(study: str, values: dict, seeds=(0, 1, 2)) -> study_results.Results:
 
 
 def test_on_the_default_task_the_studies_plan_exactly_the_presets_runs():
-    """On the default task the studies plan the very runs `dpviz.experiments` builds, so the store answers
+    """One source in effect: the studies repeat the presets' settings (a study module may not import
+    `dpviz.config`); on the default task they plan the very runs `dpviz.experiments` builds, so the store answers
     either."""
+    assert (presets.TUNED_LR, presets.CONSTANT_LR) == (experiments.TUNED_LR, experiments.CONSTANT_LR)
+    assert presets.COMMON == {k: v for k, v in experiments.BASE.items() if k != "dataset"}
     planned = runner.plan(studies.get("distortion"), seeds=(0,))
     preset = sorted(c.hash() for c in experiments.distortion())
     assert sorted(it.config.fixed_rates().hash() for it in planned) == preset  # an unread "auto" rate: its default

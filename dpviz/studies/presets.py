@@ -10,17 +10,21 @@
 Both keep the presets' backbone, dpviz's ViT, on every task: its blocks are what ``law`` counts, and
 `TUNED_LR` are its rates. They train on the task's own data (on ``default``, the presets' digits: the same
 runs, so the store answers runs the Experiments page trained); a task whose data the ViT cannot read (text)
-is refused, naming the field. The presets' settings come from `dpviz.experiments` (read without torch); a
-test checks that these studies plan exactly the presets' runs.
+is refused, naming the field. The presets' settings are repeated here, not imported: a plugin may register a
+study while `dpviz.config` is importing, so no study module imports it (nor `dpviz.experiments`, which does);
+a test checks that these studies plan exactly the presets' runs and read the same constants.
 """
 
 from __future__ import annotations
 
-from dpviz.experiments import BASE, CONSTANT_LR, TUNED_LR  # noqa: F401  (the presets' settings: one source)
 from dpviz.studies.base import Measure, Study
 
-COMMON = {k: v for k, v in BASE.items() if k != "dataset"}
+COMMON = dict(backbone="vit", epochs=20, eval_every=6)
 """`dpviz.experiments.BASE` but its dataset (the task gives the data)."""
+TUNED_LR = {1.0: (0.3, 0.01), 8.0: (1.0, 0.1)}
+"""`dpviz.experiments.TUNED_LR`: the ViT's (lr_lp, lr_ft) per ε."""
+CONSTANT_LR = 0.05
+"""`dpviz.experiments.CONSTANT_LR`: the law preset's one rate for every ε and k."""
 LP_FRACTION = 0.3
 """DP-LP-FFT's LP share in the ``distortion`` preset."""
 NAMES = {"lp": "DP-LP", "fft": "DP-FFT", "lp-fft": "DP-LP-FFT"}
