@@ -47,12 +47,14 @@ def test_the_depth_reading_judges_each_backbone_by_the_scorecards_law():
     assert studies.reading("depth", planted(low))[0] == "the law does not hold"
 
 
-def test_the_shipped_depth_results_read_from_their_kept_means():
-    """The converted tables: per-seed values lost, each cell's mean, sd and seeds kept, read like any results."""
+def test_the_shipped_depth_results_read_per_seed_and_from_their_kept_means():
+    """small: measured per seed; medium: a converted table, per-seed values lost, each cell's mean, sd and seeds
+    kept, read like any results."""
     small = studies.stored("depth", task="real-vision", scale="small")
     medium = studies.stored("depth", task="real-vision", scale="medium")
     assert len(small.cells) == len(medium.cells) == 6
-    assert medium.shipped_provenance["per_seed"] == "lost"
+    assert medium.shipped_provenance["per_seed"] == "lost" and small.shipped_provenance["per_seed"] == "kept"
+    assert len(small.values({"backbone": LITES[0], "phase": "fft"}, "r2_from_1")) == 3
     assert medium.text({"backbone": LITES[0], "phase": "fft"}, "r2_from_1") == "0.947 ± 0.005"
     assert medium.stats({"backbone": LITES[1], "phase": "pretrained"}, "block_layers")[0] == 22
     assert studies.reading("depth", small)[0] == "the law does not hold"
