@@ -50,11 +50,16 @@ def convert_tuning(path: Path) -> Path:
         cell = {"epsilon": float(row[0]), "method": TUNING_METHODS[row[1][:3]]}
         for seed, v in zip(seeds, row[3].split()):
             res.add(cell, seed, run_id="not recorded", config="not recorded", values={"accuracy": float(v)})
+    return _ship(res, doc, path, per_seed="kept")
+
+
+def _ship(res: results.Results, doc: dict, path: Path, *, per_seed: str) -> Path:
+    """Write ``res`` to the shipped folder with the old table's command, machine and date as its provenance."""
     res.provenance = {"command": doc["command"], "dpviz": "not recorded", "commit": "not recorded",
                       "machine": doc["machine"], "device": "no GPU" if "no GPU" in doc["machine"] else "not recorded",
-                      "date": doc["date"], "store": "not recorded", "per_seed": "kept",
+                      "date": doc["date"], "store": "not recorded", "per_seed": per_seed,
                       "converted_from": f"bench/results/{path.name}"}
-    out = results.SHIPPED / f"{results.results_name(res.study, task, res.scale, {})}.json"
+    out = results.SHIPPED / f"{results.results_name(res.study, res.task, res.scale, res.sets)}.json"
     out.write_text(json.dumps(res.to_json(), indent=1, ensure_ascii=False) + "\n")
     return out
 
@@ -84,13 +89,7 @@ def convert_depth(path: Path) -> Path:
             entry["summary"][prefix + name] = s
         if unit == "blocks":
             entry["summary"]["block_layers"] = {"mean": float(n), "sd": 0.0, "n": len(seeds)}
-    res.provenance = {"command": doc["command"], "dpviz": "not recorded", "commit": "not recorded",
-                      "machine": doc["machine"], "device": "no GPU" if "no GPU" in doc["machine"] else "not recorded",
-                      "date": doc["date"], "store": "not recorded", "per_seed": "lost",
-                      "converted_from": f"bench/results/{path.name}"}
-    out = results.SHIPPED / f"{results.results_name('depth', 'real-vision', scale, {})}.json"
-    out.write_text(json.dumps(res.to_json(), indent=1, ensure_ascii=False) + "\n")
-    return out
+    return _ship(res, doc, path, per_seed="lost")
 
 
 def _asked(command: str) -> tuple[str, str, str | None, dict]:
