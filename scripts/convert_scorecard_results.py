@@ -57,10 +57,7 @@ def convert(path: Path) -> Path:
     task, scale, sets, seeds = _pass(doc["command"])
     whole = path.parent / "rows" / path.name
     rows = json.loads(whole.read_text())["rows"] if whole.exists() else _table_rows(doc, task, scale, seeds)
-    res = results.Results(study=filed.NAME, task=task, scale=None if scale == "small" else scale, sets=sets,
-                          seeds=list(range(seeds)))
-    for r in rows:
-        res.cells[results.cell_key({"claim": r["id"]})] = {"cell": {"claim": r["id"]}, "row": r, "source": "store"}
+    res = filed.results_of(rows, task=task, scale=scale, changes=sets, seeds=range(seeds))
     command = re.sub(r" --cache-dir \S+", "", doc["command"]).replace("python bench/run_scorecard.py",
                                                                       "python -m dpviz reproduce")
     res.provenance = {"command": command, "dpviz": "not recorded", "commit": "not recorded",

@@ -609,10 +609,7 @@ def ship_scorecard(monkeypatch, folder, rows, *, task="default", scale="small", 
     from dpviz.studies import results as study_results
 
     monkeypatch.setattr(study_results, "SHIPPED", folder)
-    res = study_results.Results(study=filed.NAME, task=task, scale=None if scale == "small" else scale,
-                                sets=dict(changes or {}), seeds=[0, 1, 2])
-    for r in rows:
-        res.cells[study_results.cell_key({"claim": r["id"]})] = {"cell": {"claim": r["id"]}, "row": r}
+    res = filed.results_of(rows, task=task, scale=scale, changes=changes, seeds=(0, 1, 2))
     res.provenance = {"command": command or f"python -m dpviz reproduce --task {task}", "machine": "2 CPU cores",
                       "date": "2026-11-26"}
     (folder / f"{filed.file_name(task, scale, changes)}.json").write_text(json.dumps(res.to_json()))

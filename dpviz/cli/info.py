@@ -8,7 +8,6 @@ registered strategies, run the reproduction scorecard (resumable) and the theory
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 
@@ -165,14 +164,12 @@ def _list_claims(task: str, as_json: bool, scale: str = "small") -> int:
 
 def reproduce_command(args, changes: dict) -> str:
     """The command that runs this pass again, as the command line takes it."""
-    import shlex
+    from dpviz.studies import set_words
 
     out = f"python -m dpviz reproduce --task {args.task} --seeds {args.seeds}"
     out += f" --scale {args.scale}" if args.scale != "small" else ""
     out += " --claims " + " ".join(args.claims) if args.claims else ""
-    plain = {k: v for k, v in changes.items() if k != "device"}
-    out += " --set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
-                                for k, v in plain.items()) if plain else ""
+    out += set_words({k: v for k, v in changes.items() if k != "device"})
     return out + (f" --device {changes['device']}" if "device" in changes else "")
 
 

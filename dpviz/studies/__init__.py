@@ -26,7 +26,7 @@ from dpviz.studies.registry import (AXIS_LABELS, STUDIES, available, axis_label,
                                     register_study, run, stored)
 from dpviz.studies.results import Results, load, results_name, said, save
 from dpviz.studies.report import report_pdf, runs_report, study_report, write_report
-from dpviz.studies.runner import command_line, counts, plan
+from dpviz.studies.runner import command_line, counts, plan, set_words
 
 from dpviz.studies import noise, split, parts, lora, public, tuning  # noqa: E402,F401,I001  (the built-in studies
 from dpviz.studies import presets, proxy, depth, curvature, decelerator, selection  # noqa: E402,F401,I001  register)
@@ -34,5 +34,5 @@ from dpviz.studies import scorecard  # noqa: E402,I001  (the scorecard's rows, f
 
 __all__ = ["AXIS_LABELS", "Measure", "Results", "STUDIES", "Study", "available", "axis_label", "cell_key",
            "command_line", "counts", "figure", "get", "load", "names", "parse_sets", "parse_value", "plan", "reading",
-           "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "scorecard", "stored",
-           "study_report", "write_report"]
+           "register_study", "report_pdf", "results_name", "run", "runs_report", "said", "save", "scorecard",
+           "set_words", "stored", "study_report", "write_report"]

@@ -94,14 +94,20 @@ def _tested_less(cfg: RunConfig, task: str, scale: str | None, sets: dict | None
     return cfg.replace(eval_every=cfg.eval_every * every)
 
 
+def set_words(sets: dict | None) -> str:
+    """`` --set FIELD=VALUE …`` as the command line takes fields set on every run ("" for none)."""
+    if not sets:
+        return ""
+    return " --set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                                for k, v in sets.items())
+
+
 def command_line(study: str, task: str, scale, seeds, sets, vary, keep) -> str:
     """The command that runs this study again, as the command line takes it."""
     out = f"python -m dpviz study run {study} --task {task}"
     out += f" --scale {scale}" if scale else ""
     out += " --seeds " + " ".join(str(s) for s in seeds)
-    if sets:
-        out += " --set " + " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
-                                    for k, v in sets.items())
+    out += set_words(sets)
     if vary:
         out += " --vary " + " ".join(f"{k}=" + ",".join(_results._show(x) for x in v) for k, v in vary.items())
     return out + (f" --keep {keep}" if keep != "all" else "")
@@ -152,9 +158,11 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
     total, done = len(todo), 0
     deadline = None if stop_after is None else Deadline(stop_after, cancel or threading.Event(), store, note)
     cancel = deadline.cancel if deadline else cancel
+    hashes = [it.config.hash() for it in todo]
+    last = {h: i for i, h in enumerate(hashes)}  # config hash → the last item that reads its run
     trained: dict[str, str] = {}  # config hash → the run this study trained, pruned after the last cell reading it
-    for i, it in enumerate(todo):
-        if res.done(it.cell, it.seed, it.config.hash()):
+    for i, (it, h) in enumerate(zip(todo, hashes)):
+        if res.done(it.cell, it.seed, h):
             done += 1
             continue
         if progress:
@@ -173,13 +181,12 @@ def run(study: Study, *, task: str = "default", scale: str | None = None, seeds=
         if summary.get("status", "finished") != "finished":
             break
         values = study.measure(store, summary, it.config)
-        res.add(it.cell, it.seed, run_id=summary["run_id"], config=it.config.hash(), values=values)
+        res.add(it.cell, it.seed, run_id=summary["run_id"], config=h, values=values)
         res.provenance = _results.provenance(command, store, res.run_ids(), before=res.provenance)
         res = _results.save(res, store.root, private=[m.name for m in study.measures if m.private])
-        h = it.config.hash()
         if keep == "results" and _trained_here(summary, store):
             trained[h] = summary["run_id"]
-        if h in trained and not any(later.config.hash() == h for later in todo[i + 1:]):
+        if h in trained and last[h] == i:
             store.prune_files(trained.pop(h))  # cells of one run (a study's kinds) read it before it goes
         done += 1
     if progress:

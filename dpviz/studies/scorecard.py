@@ -33,14 +33,21 @@ def file_name(task: str, scale: str = "small", changes: dict | None = None) -> s
     return _results.results_name(NAME, task, _scale(scale), _sets(changes))
 
 
-def save_rows(rows: list[dict], *, task: str, scale: str = "small", changes: dict | None = None, store,
-              command: str, seeds) -> _results.Results:
-    """Write ``rows`` (`dpviz.reproduce.run`'s) into the store's scorecard file for this task, size and
-    variant, merged with the claims it holds already, with their provenance; return what was written."""
+def results_of(rows: list[dict], *, task: str, scale: str = "small", changes: dict | None = None,
+               seeds) -> _results.Results:
+    """``rows`` as the scorecard's results on ``task`` at ``scale``: one cell per claim holding its row."""
     res = _results.Results(study=NAME, task=task, scale=_scale(scale), sets=_sets(changes),
                            seeds=sorted(int(s) for s in seeds))
     for r in rows:
         res.cells[_results.cell_key({"claim": r["id"]})] = {"cell": {"claim": r["id"]}, "row": r, "source": "store"}
+    return res
+
+
+def save_rows(rows: list[dict], *, task: str, scale: str = "small", changes: dict | None = None, store,
+              command: str, seeds) -> _results.Results:
+    """Write ``rows`` (`dpviz.reproduce.run`'s) into the store's scorecard file for this task, size and
+    variant, merged with the claims it holds already, with their provenance; return what was written."""
+    res = results_of(rows, task=task, scale=scale, changes=changes, seeds=seeds)
     before = load(task=task, scale=scale, changes=changes, store_root=store.root, shipped=False)
     ids = [rid for r in rows for group in r.get("run_ids", {}).values() for rid in group]
     res.provenance = _results.provenance(command, store, ids, before=before.provenance)
