@@ -17,14 +17,14 @@ results shipped with dpviz are shown, with where they come from.
 
 TASKS = list(tasks.TASKS)
 names = studies.names()
-c = st.columns([2, 2, 1, 1], vertical_alignment="bottom")
-name = c[0].selectbox("study", names, key="sd_study", format_func=lambda n: studies.get(n).title)
+name = st.selectbox("study", names, key="sd_study", format_func=lambda n: studies.get(n).title)
 study = studies.get(name)
-task = c[1].selectbox("task", TASKS, key="sd_task", format_func=lambda t: tasks.task(t).label)
+c = st.columns([3, 1.3, 1], vertical_alignment="bottom")
+task = c[0].selectbox("task", TASKS, key="sd_task", format_func=lambda t: tasks.task(t).label)
 sizes = [None] + [s for s in reproduce.SCALES if s == "small" or task in reproduce.SCALES[s]]
-scale = c[2].selectbox("size", sizes, key="sd_scale", format_func=lambda s: s or "the task's",
+scale = c[1].selectbox("size", sizes, key="sd_scale", format_func=lambda s: s or "its own",
                        help="the scorecard's sizes of the task (more records, more DP steps), or the task's own")
-seeds = int(c[3].number_input("seeds", 1, 10, 3, key="sd_seeds", help="3 or more for a mean ± sd"))
+seeds = int(c[2].number_input("seeds", 1, 10, 3, key="sd_seeds", help="3 or more for a mean ± sd"))
 st.caption(study.question + (f" (seed paper {study.seed_paper})" if study.seed_paper else ""))
 
 with st.expander("axes and fields set on every run"):

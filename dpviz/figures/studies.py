@@ -46,6 +46,10 @@ def noise_figure(got: dict) -> go.Figure:
     return layout(fig, "Test accuracy per mechanism<br>mean ± sd over seeds", "privacy budget", "test accuracy")
 
 
+PATTERNS = ("", "/", ".", "x", "-", "|", "+")
+"""Bar fills, one per pass through the palette, so a figure of more cells than colours names each once."""
+
+
 def cells_figure(rows: list[tuple[str, str, tuple]], measure: str) -> go.Figure:
     """A study's first measure per cell, mean ± sd over seeds: one bar per cell, grouped by its first column.
     ``rows``: (group, label, (mean, sd, seeds)) per cell, in the study's order."""
@@ -56,6 +60,7 @@ def cells_figure(rows: list[tuple[str, str, tuple]], measure: str) -> go.Figure:
         got = [(g, st) for g, l2, st in rows if l2 == lab]
         fig.add_trace(go.Bar(x=[g for g, _ in got], y=[st[0] for _, st in got], name=lab,
                              marker_color=SERIES[i % len(SERIES)],
+                             marker_pattern_shape=PATTERNS[i // len(SERIES) % len(PATTERNS)],  # past the palette
                              error_y=dict(type="data", array=[st[1] for _, st in got], visible=True)))
     fig.update_layout(barmode="group")
     return layout(fig, f"{measure[0].upper() + measure[1:]} per cell<br>mean ± sd over seeds", None, measure)

@@ -122,7 +122,7 @@ def distortion_show(cell: dict) -> dict:
 
 
 DISTORTION = Study(
-    name="distortion", title="The features' early distortion (kNN along the run)",
+    name="distortion", title="Early feature distortion (kNN)",
     question="Does DP-FFT distort the pretrained features early in training (the kNN accuracy of the features "
              "dipping below its start) where DP-LP-FFT, whose head is trained first, does not?",
     axes={"strategy": tuple(NAMES), "epsilon": (1.0, 8.0)},

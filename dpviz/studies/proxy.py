@@ -151,7 +151,7 @@ def show(cell: dict) -> dict:
 
 
 PROXY_TUNING = Study(
-    name="proxy-tuning", title="Tuning on the public proxy or on the private data",
+    name="proxy-tuning", title="Tuning on public or private data",
     question="Do DP-FFT's learning rate and clipping norm tuned on the public proxy score as well on the private "
              "data as those tuned on the private data itself (a search ε does not account), and do both beat the "
              "fixed defaults?",

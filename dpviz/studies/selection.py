@@ -126,7 +126,7 @@ def show(cell: dict) -> dict:
 
 
 SPARSE_SELECTION = Study(
-    name="sparse-selection", title="SPARTA's private row choice against the noiseless one",
+    name="sparse-selection", title="SPARTA's private row choice",
     question="How much of SPARTA's private choice of rows is signal: how often does it pick the rows a noiseless "
              "selection epoch would, beside random rows, and how does that grow with ε?",
     axes={"epsilon": (1.0, 8.0, 64.0)},
