@@ -11,7 +11,9 @@
    the first's, which built the plans.
 3. **DP step ÷ plain step** for the built-in CNN, ResNet-18/50, ViT-S/16 (random weights, `dp_step_cuda`'s
    shapes), EfficientNet-Lite0 at the real-vision shape and MiniLM on the tweets (`dp_step_real`'s batches), in
-   fp32 and bf16: the median of alternating rounds, the device synchronised before each clock read.
+   fp32 and bf16: the median of alternating rounds, the device synchronised before each clock read. Each model
+   again with both steps replayed from CUDA graphs (dpviz's `dpviz.training.capture`, the plain step's whole
+   forward, backward and update), with the DP step's capture time and memory.
 
 Each part is skipped, and says so, once ``--budget`` seconds have passed. The results file
 (``bench/results/gpu_<device>.json``) holds one table of both kinds of rows, with the command, date and
@@ -127,8 +129,9 @@ def one_worker(device: str, store: Path, data_dir: str | None, clock: Clock) -> 
     return rows
 
 
-def step_ratio(name: str, device: str, precision: str, rounds: int, data_dir: str | None) -> list[str]:
-    """[model, precision, B, plain ms, DP ÷ plain] of one model."""
+def step_ratio(name: str, device: str, precision: str, rounds: int, data_dir: str | None) -> list[list[str]]:
+    """[[model, precision, B, plain ms, DP ÷ plain, note]] of one model: its eager steps, then both steps replayed
+    from CUDA graphs (`dpviz.training.capture`; the note: capture time and memory, or why it stepped eagerly)."""
     import dp_step_real as real
 
     gpu.PRECISION = precision
@@ -144,9 +147,17 @@ def step_ratio(name: str, device: str, precision: str, rounds: int, data_dir: st
         x, y = torch.randn(B, channels, size, size, generator=g), torch.randint(0, gpu.NUM_CLASSES, (B,), generator=g)
         base = gpu.build_model(name, device)
     x, y = x.to(device), y.to(device)
-    steps = {m: gpu.make_step(m, base, x, y) for m in ("plain", "dpviz")}
+    steps = {m: gpu.make_step(m, base, x, y) for m in ("plain", "dpviz", "plain-graph", "dpviz-graph")}
+    steps["dpviz-graph"]()  # its capture (and check against the eager step) happens at its first step
+    cap = steps["dpviz-graph"].captured
     t = interleaved(steps, rounds=rounds, reps=2, sync=sync)
-    return [label, precision, str(len(y)), f"{t['plain'] * 1e3:.1f} ms", f"{t['dpviz'] / t['plain']:.2f}×"]
+    first = [label, precision, str(len(y)), f"{t['plain'] * 1e3:.1f} ms", f"{t['dpviz'] / t['plain']:.2f}×", ""]
+    plain_s = steps["plain-graph"].captured
+    note = (f"not captured: {cap.off}" if cap.off else
+            f"capture {cap.capture_s:.2f} s, {cap.capture_bytes / 2 ** 20:.0f} MiB (plain: {plain_s:.2f} s)")
+    captured = [f"{label}, captured", precision, str(len(y)), f"{t['plain-graph'] * 1e3:.1f} ms",
+                f"{t['dpviz-graph'] / t['plain-graph']:.2f}×", note]
+    return [first, captured]
 
 
 def main():
@@ -183,22 +194,25 @@ def main():
     for precision in args.precisions:
         for name in args.models if "steps" in args.parts else ():
             if clock.over():
-                steps.append([name, precision, "", "skipped: over the budget", ""])
+                steps.append([name, precision, "", "skipped: over the budget", "", ""])
                 continue
             try:
-                steps.append(step_ratio(name, args.device, precision, 3 if dry else 9, args.data_dir))
+                got = step_ratio(name, args.device, precision, 3 if dry else 9, args.data_dir)
             except Exception as e:  # noqa: BLE001 - a missing package on a bare machine: reported, not fatal
-                steps.append([name, precision, "", f"failed: {type(e).__name__}: {str(e)[:60]}", ""])
-            print(" | ".join(steps[-1]), flush=True)
-    rows += [[f"DP step ÷ plain: {m} ({p}, B = {b})", "fixed", "", plain, "", ratio, ""]
-             for m, p, b, plain, ratio in steps]
+                got = [[name, precision, "", f"failed: {type(e).__name__}: {str(e)[:60]}", "", ""]]
+            steps += got
+            for row in got:
+                print(" | ".join(row), flush=True)
+    rows += [[f"DP step ÷ plain: {m} ({p}, B = {b})", "fixed", "", plain, note, ratio, ""]
+             for m, p, b, plain, ratio, note in steps]
     print(f"# {time.perf_counter() - clock.t0:.0f} s in all")
     record(args.name or f"gpu_{args.device}", title=f"dpviz on {'a GPU' if not dry else 'the CPU (the GPU script dry-run)'}: "
            "runs end to end and the DP step", columns=COLUMNS, rows=rows,
            notes=f"{where}, torch {torch.__version__}. Runs: `python -m dpviz run` in a child process (wall: the "
                  "whole command; loop: the summary's wall_time_s; steps: the store's step_ms); batch shapes "
                  "drawn (--batch-shapes 0) or fixed (the default). Steps: median of alternating rounds "
-                 "(loop column: the plain step; median column: DP ÷ plain).")
+                 "(loop column: the plain step; median column: DP ÷ plain; a captured row replays both steps from CUDA "
+                 "graphs, its first-step column the DP step's capture time and memory).")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,67 @@ def dpviz_fn(model, x, y):
     return step
 
 
+def dpviz_graph_fn(model, x, y):
+    """dpviz's DP step replayed from a CUDA graph (`dpviz.training.capture`: eager where it cannot capture, as on a
+    CPU); ``step.captured`` holds its capture time, memory and any reason it stepped eagerly."""
+    from dpviz.training import capture
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    gen = torch.Generator(device=x.device).manual_seed(0)
+    mask = torch.ones(len(y), dtype=torch.bool, device=x.device)  # one fixed size, every row real
+    cap = capture.CapturedSteps(dpsgd.Stepper(model, "auto", PRECISION), opt, gen, clip_norm=1.0,
+                                noise_multiplier=1.0, expected_batch=len(y))
+
+    def step():
+        cap.step(x, y, mask)
+        if not cap.optimizes:
+            opt.step()
+    step.captured = cap
+    return step
+
+
+def plain_graph_fn(model, x, y):
+    """The plain step (forward, backward, SGD's update, its statistics) replayed from one CUDA graph, so that a
+    captured DP step is compared with a captured plain one; eager on a CPU. ``step.captured``: capture seconds."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def body():
+        with prec.autocast(PRECISION, x.device.type):
+            out = model(x)
+            loss = F.cross_entropy(out, y, reduction="sum")
+        (loss / len(y)).backward()
+        opt.step()
+        return torch.stack([loss.detach().double(), (out.argmax(1) == y).sum().double()])
+
+    if not x.is_cuda:
+        def step():
+            opt.zero_grad(set_to_none=True)
+            body().tolist()
+        step.captured = None
+        return step
+    import time
+    t0 = time.perf_counter()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sums = body()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+
+    def step():
+        graph.replay()
+        sums.tolist()  # the host reads the statistics, as the eager steps do
+    step.captured = seconds
+    return step
+
+
 def opacus_fn(model, x, y, mode: str):
     """Opacus 1.6's own training loop: ``make_private`` with grad_sample_mode "hooks" or "ghost" (under
     ``torch.autocast`` in bf16/fp16, its own mixed-precision mode; fp16 without a loss scale)."""
@@ -116,6 +177,10 @@ def make_step(method: str, base: torch.nn.Module, x, y):
         return plain_fn(model, x, y)
     if method == "dpviz":
         return dpviz_fn(model, x, y)
+    if method == "plain-graph":
+        return plain_graph_fn(model, x, y)
+    if method == "dpviz-graph":
+        return dpviz_graph_fn(model, x, y)
     return opacus_fn(model, x, y, method)
 
 

@@ -43,6 +43,33 @@ def test_unfold_gives_each_examples_patches(k, stride, pad, dil):
     assert torch.equal(bk._unfold(conv, a), ref)
 
 
+@pytest.mark.parametrize("k,stride,pad,dil,hw", [((3, 3), 2, 1, 1, (8, 8)), ((3, 3), 1, 1, 1, (4, 4)),
+                                                 ((3, 2), (1, 2), (2, 0), (2, 1), (9, 7)), ((5, 5), 3, 2, 1, (11, 10)),
+                                                 ((2, 2), 1, 0, 1, (5, 6))])
+def test_pixel_gram_gives_the_patches_ghost_norm(k, stride, pad, dil, hw):
+    """The ghost norm from the pixels' Gram equals the one from im2col's patches, padding and dilation included."""
+    torch.manual_seed(3)
+    conv = nn.Conv2d(4, 6, k, stride=stride, padding=pad, dilation=dil).double()
+    a = torch.randn(3, 4, *hw, dtype=torch.float64)
+    g = torch.randn(3, 6, *conv(a).shape[2:], dtype=torch.float64)
+    patches, grads = bk._unfold(conv, a), g.flatten(2).transpose(1, 2)  # (B, L, C·kh·kw), (B, L, k)
+    ref = torch.einsum("blc,bmc,bld,bmd->b", patches, patches, grads, grads)
+    assert torch.allclose(bk.rules.pixel_ghost_norm2(conv, a, g), ref, rtol=1e-10)
+
+
+def test_the_cnns_wide_convolutions_take_the_pixel_gram_on_a_cpu():
+    """The built-in CNN at its default batch: both convolutions past the first skip im2col on a CPU."""
+    from dpviz.models.cnn import SmallCNN
+
+    model, x = SmallCNN(1), torch.randn(256, 1, 16, 16)
+    shapes, h = [], x
+    for block in model.blocks:
+        a, h = h, block(h)
+        shapes.append((block[0], a, h))
+    assert [bk.rules._pixel_gram_pays(c, a, g) for c, a, g in shapes] == [False, True, True]  # the first: per-sample gradients
+    assert not bk.rules._pixel_gram_pays(shapes[1][0], shapes[1][1].to("meta"), shapes[1][2].to("meta"))
+
+
 def _conv_net(c_in, width, k, stride, pad, inplace):
     return nn.Sequential(nn.Conv2d(c_in, width, k, stride=stride, padding=pad), nn.ReLU(inplace=inplace),
                          nn.Conv2d(width, width, 1, stride=2, bias=False), nn.GroupNorm(2, width),

@@ -8,6 +8,7 @@ them, are reused by the clipped sum (`bk.BookKeeper._accumulate`).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -99,7 +100,94 @@ def conv_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, rows: torch.T
                                          g.reshape(1, B * k, *g.shape[2:]), layer.stride, layer.padding,
                                          layer.dilation, groups=B * G).reshape(B, k, -1)
         return sq_rows(ps.flatten(1)), ps
+    if _pixel_gram_pays(layer, a, g):
+        return pixel_ghost_norm2(layer, a, g), None
     return matrix_norm2(unfold(layer, a), g.flatten(2).transpose(1, 2))
+
+
+PIXEL_GRAM = {"cpu": 16.0}
+"""Where a conv's ghost norm may take its patches' Gram from the pixels' Gram (`pixel_ghost_norm2`), per device
+type, and the weight of one im2col float against one multiply-add in the choice (absent: always im2col).
+Measured on a 2-core CPU (``bench/bench_dp_step.py``; ``docs/results/benchmarks.md``): on the built-in CNN at
+B = 256 the two convolutions past the first no longer form im2col's patches. A GPU keeps im2col until it is
+measured there."""
+
+
+def _pixel_gram_pays(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> bool:
+    """Whether the pixel Grams (B·N²·C/(sh·sw) multiply-adds, N input pixels, and a copy of the input) cost less
+    than im2col's patches (B·L·C·kh·kw floats) and their Gram (B·L²·C·kh·kw), floats weighted by `PIXEL_GRAM`."""
+    weight = PIXEL_GRAM.get(a.device.type)
+    if weight is None or layer.kernel_size == (1, 1):
+        return False
+    C, N, L = a.shape[1], a.shape[2] * a.shape[3], g.shape[2] * g.shape[3]
+    ck = C * layer.kernel_size[0] * layer.kernel_size[1]
+    if 2 * L * L >= ck * g.shape[1]:  # `matrix_norm2` forms per-sample gradients there, from the patches
+        return False
+    phases = layer.stride[0] * layer.stride[1]
+    pairs = _pixel_map(layer, *a.shape[2:], *g.shape[2:], a).values().numel()
+    return N * N * C // phases + 2 * pairs + (weight * N * C if phases > 1 else 0) < L * ck * (weight + L)
+
+
+_MAPS: dict[tuple, torch.Tensor] = {}
+
+
+def _pixel_map(layer: nn.Conv2d, H: int, W: int, Ho: int, Wo: int, like: torch.Tensor) -> torch.Tensor:
+    """The 0/1 matrix (L·L, S·P²), sparse (CSR), that sums the flattened pixel Grams (`_pixel_grams`) into the
+    flattened patch Gram: entry (l·L + l', u) is the number of kernel offsets at which output positions l and l'
+    see the pixel pair u, both real (unpadded) pixels. A product with it beat gathering and scattering the same
+    entries 2–3× on a CPU.
+
+    Patch l holds a[c, r_l + i·dh, s_l + j·dw] at (c, i, j) (r_l, s_l its window's corner), so
+    ⟨p_l, p_l'⟩ = Σ_{i,j} Σ_c a[c, r_l + i·dh, s_l + j·dw] · a[c, r_l' + i·dh, s_l' + j·dw]: the pixel Gram
+    Σ_c a[c, u] a[c, v] at the two shifted pixels, summed over the offsets; padded pixels add 0. The corners
+    step by the stride, so both pixels of a pair share their row mod sh and column mod sw: only the Grams
+    within each of the sh·sw phases are needed.
+    """
+    key = (layer.kernel_size, layer.stride, layer.padding, layer.dilation, H, W, Ho, Wo, str(like.device),
+           like.dtype)
+    if key not in _MAPS:
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = layer.kernel_size, layer.stride, layer.padding, layer.dilation
+        ho, wo, L = torch.arange(Ho), torch.arange(Wo), Ho * Wo
+        Hp, Wp = -(-H // sh), -(-W // sw)  # a phase's rows and columns
+        P = Hp * Wp
+        src, dst = [], []
+        for i in range(kh):
+            for j in range(kw):
+                r, c = ho * sh + i * dh - ph, wo * sw + j * dw - pw  # the pixel row / column each position sees
+                ok = (((r >= 0) & (r < H))[:, None] & ((c >= 0) & (c < W))[None, :]).flatten()  # (L,)
+                phase = ((r % sh)[:, None] * sw + (c % sw)[None, :]).flatten()[ok]
+                pix, pos = ((r // sh)[:, None] * Wp + (c // sw)[None, :]).flatten()[ok], torch.arange(L)[ok]
+                src.append((phase[:, None] * P * P + pix[:, None] * P + pix[None, :]).flatten())
+                dst.append((pos[:, None] * L + pos[None, :]).flatten())
+        src, dst = torch.cat(src), torch.cat(dst)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is long stable
+            warnings.simplefilter("ignore", UserWarning)
+            _MAPS[key] = torch.sparse_coo_tensor(torch.stack([dst, src]), torch.ones(len(src), dtype=like.dtype),
+                                                 (L * L, sh * sw * P * P)).coalesce().to_sparse_csr().to(like.device)
+    return _MAPS[key]
+
+
+def _pixel_grams(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    """(B, sh·sw·P²): for each phase of the input's pixels (row mod sh, column mod sw; P pixels each, the input
+    zero-padded at the bottom and right to whole phases) the Gram Σ_c a[c, u] a[c, v] of its pixels."""
+    (sh, sw), (B, C, H, W) = layer.stride, a.shape
+    Hp, Wp = -(-H // sh), -(-W // sw)
+    if (Hp * sh, Wp * sw) != (H, W):
+        a = F.pad(a, (0, Wp * sw - W, 0, Hp * sh - H))
+    A = a.reshape(B, C, Hp, sh, Wp, sw).permute(0, 3, 5, 2, 4, 1).reshape(B * sh * sw, Hp * Wp, C)  # (B·S, P, C)
+    return torch.bmm(A, A.transpose(1, 2)).view(B, -1)
+
+
+def pixel_ghost_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-sample ‖∂ℓ_i/∂W‖² (B,) of a conv (groups 1) by the ghost norm ⟨P_i P_iᵀ, g_i g_iᵀ⟩, with the patch
+    Gram P_i P_iᵀ (L, L) summed from the pixel Grams (`_pixel_map`): no (B, L, C·kh·kw) patches.
+
+    a: (B, C, H, W) input; g: (B, k, H', W') output gradients.
+    """
+    gl = g.flatten(2)  # (B, k, L)
+    patches = _pixel_map(layer, *a.shape[2:], *g.shape[2:], a) @ _pixel_grams(layer, a).T  # (L·L, B)
+    grads = torch.bmm(gl.transpose(1, 2), gl).flatten(1)  # (B, L·L)
+    return (patches.T * grads).sum(1)
 
 
 def is_tf_same(layer: nn.Module) -> bool:
@@ -167,14 +255,17 @@ def per_sample_affine(layer, a, g, y=None):
     CPU only: on a GPU the check would be a host sync, and recomputing is one kernel like reading back.
     """
     w = layer.weight
-    if y is not None and bool((w.abs() > 1e-3).all()):
-        shape = (1, -1) + (1,) * (a.dim() - 2) if isinstance(layer, nn.GroupNorm) else w.shape
-        xh = (y.detach() - layer.bias.reshape(shape)) / w.reshape(shape)
-    else:
-        xh = normalized(layer, a)
+    read = y is not None and bool((w.abs() > 1e-3).all())
     if isinstance(layer, nn.GroupNorm):  # channels on dim 1
         dims = tuple(range(2, a.dim()))
-        return (g * xh).sum(dims), g.sum(dims)
+        gb = g.sum(dims)  # (B, C)
+        if read:  # Σ g·(y − b)/w = (Σ g·y − b·Σ g)/w per channel: no full-size x̂
+            return ((g * y.detach()).sum(dims) - layer.bias * gb) / w, gb
+        return (g * normalized(layer, a)).sum(dims), gb
     dims = tuple(range(1, a.dim() - len(layer.normalized_shape)))  # () for (B, C) inputs: nothing to sum
+    if read and dims:  # as above, per feature (B, *normalized_shape)
+        gb = g.sum(dims)
+        return (((g * y.detach()).sum(dims) - layer.bias * gb) / w).flatten(1), gb.flatten(1)
+    xh = (y.detach() - layer.bias) / w if read else normalized(layer, a)
     gw, gb = ((g * xh).sum(dims), g.sum(dims)) if dims else (g * xh, g)
     return gw.flatten(1), gb.flatten(1)

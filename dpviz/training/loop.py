@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from dpviz import strategies
-from dpviz.training import distributed
+from dpviz.training import capture, distributed
 from dpviz.training import prepare
 from dpviz.training import resume
 from dpviz.training import shapes
@@ -109,6 +109,9 @@ class Loop:
                       if self.bands > 1 else None)
         self.noise: bandmf.BandedNoise | None = None
         self.check: check.PrivacyCheck | None = None  # the run's privacy check (`enable_check`)
+        self.captured: capture.CapturedSteps | None = None  # the current private phase's graphs (`_capture`)
+        self.optimized = False  # whether the step just taken also updated the parameters (a captured SGD step)
+        self.capture_notes: list[dict] = []  # each captured phase's figures, and why a CUDA run's steps were not
 
     def enable_check(self) -> None:
         """Carry the privacy check (`dpviz.privacy.check`) through this run's private steps."""
@@ -240,6 +243,7 @@ class Loop:
                                    count_noise=phase.count_noise)
         if getattr(self.prep.canaries, "virtual", False):  # an audit's white-box canaries follow the mechanism
             self.prep.canaries.enter_phase(self.bands if self.noise is not None else 1, beta)
+        self.captured = self._capture(s, stepper, plan, phase) if s.private and phase is not None else None
         self._t = time.perf_counter()
         try:
             for k in range(start, plan.steps):
@@ -251,7 +255,7 @@ class Loop:
                 s.module.zero_grad(set_to_none=True)
                 st = self._step(stepper, s, idx, phase)
                 self.strategy.after_step(self, plan, s)
-                if s.update:
+                if s.update and not self.optimized:
                     s.optimizer.step()
                 self.step += 1
                 if self.world is not None and self.step % distributed.CHECK_EVERY == 0:
@@ -263,7 +267,32 @@ class Loop:
             if s.private:
                 self.overflows += stepper.overflows
                 stepper.close()
+            if self.captured is not None:
+                self._captured_phase(plan.name)
         self.strategy.leave_phase(self, plan, s)
+
+    def _capture(self, s: PhaseSetup, stepper, plan: PhasePlan, phase) -> capture.CapturedSteps | None:
+        """The phase's captured steps (`dpviz.training.capture`), or None; a CUDA run says once why not."""
+        why = capture.why_eager(device=self.dev, stepper=stepper, optimizer=s.optimizer if s.update else None,
+                                strategy=self.strategy, padded=self.padder is not None, canaries=self.prep.canaries,
+                                world=self.world, precision=self.cfg.precision)
+        if why is None:
+            return capture.CapturedSteps(stepper, s.optimizer, self.gen_noise, clip_norm=phase.clip_norm,
+                                         noise_multiplier=phase.grad_noise_multiplier,
+                                         expected_batch=phase.sample_rate * len(s.labels), clipping=self.cfg.clipping,
+                                         correlate=self.noise, count_noise=phase.count_noise)
+        if torch.device(self.dev).type == "cuda" and not self.capture_notes:
+            self.capture_notes.append({"phase": plan.name, "eager": why})
+            self.event("capture", f"{plan.name}: steps not captured: {why}")
+        return None
+
+    def _captured_phase(self, name: str) -> None:
+        """A captured phase's figures into the summary; its graphs freed; a fall back to eager said."""
+        note = {"phase": name, **self.captured.summary()}
+        self.capture_notes.append(note)
+        if "eager" in note:
+            self.event("capture", f"{name}: eager steps: {note['eager']}")
+        self.captured = None
 
     def _at_end(self) -> bool:
         """Whether the last phase has taken its last step (a snapshot there would be dropped at once)."""
@@ -312,6 +341,7 @@ class Loop:
         can = self.prep.canaries if phase is not None else None  # canaries are private records only
         # white-box canaries are records of n without an image: they count in the expected batch q·n
         expected = phase.sample_rate * (len(s.labels) + (can.virtual_records if can else 0)) if phase else 0
+        self.optimized = False
         if not s.private:
             st = dpsgd.plain_step(stepper, x, y, self.cfg.precision, batch=batch, reduce=reduce, mask=mask)
             if can is not None and can.virtual:  # ε = ∞: canaries enter unclipped and noiseless
@@ -324,11 +354,15 @@ class Loop:
                                    sigma=phase.grad_noise_multiplier, accounted_batch=expected,
                                    generator=self.gen_noise, clipping=self.cfg.clipping, reduce=reduce,
                                    correlate=self.noise, precision=self.cfg.precision)
-        st = dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm, noise_multiplier=phase.grad_noise_multiplier,
-                                  expected_batch=expected, generator=self.gen_noise, clipping=self.cfg.clipping,
-                                  canaries=can if can is not None and can.virtual else None, reduce=reduce, mask=mask,
-                                  **({"correlate": self.noise} if self.noise is not None else {}),
-                                  **({"count_noise": phase.count_noise} if phase.count_noise else {}))
+        if self.captured is not None and self.captured.takes(x, y):  # the same step, replayed from its graph
+            st, self.optimized = self.captured.step(x, y, mask), self.captured.optimizes
+        else:
+            st = dpsgd.private_step(stepper, x, y, clip_norm=phase.clip_norm,
+                                    noise_multiplier=phase.grad_noise_multiplier, expected_batch=expected,
+                                    generator=self.gen_noise, clipping=self.cfg.clipping,
+                                    canaries=can if can is not None and can.virtual else None, reduce=reduce,
+                                    mask=mask, **({"correlate": self.noise} if self.noise is not None else {}),
+                                    **({"count_noise": phase.count_noise} if phase.count_noise else {}))
         if self.check is not None and st.clip_fraction_dp is not None:  # the count's noise, read off its release
             self.check.count_released(st.clip_fraction_dp * expected - round(st.clip_fraction * st.batch_size))
         return st
@@ -404,6 +438,8 @@ def train(prep: Prepared, *, store, run_id: str, progress: Callable | None = Non
         extra = {**extra, "skipped_files": prep.bundle.skipped}
     if loop.check is not None:
         extra = {**extra, "privacy_check": privacy_check(loop)}
+    if loop.capture_notes:  # a CUDA run's captured phases (`dpviz.training.capture`), or why it had none
+        extra = {**extra, "capture": loop.capture_notes}
     if loop._t is not None:  # from the last step to here: what a time left adds after the last step
         timing.append({"name": "wrap-up", "steps": 0, "seconds": round(time.perf_counter() - loop._t, 3)})
     return summarize(prep, run_id, loop.last, time.perf_counter() - t0, extra=extra)

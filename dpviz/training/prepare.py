@@ -18,6 +18,7 @@ from torch import nn
 from dpviz import catalog, data, errors, models, strategies
 from dpviz.data import tokens
 from dpviz.privacy import bandmf
+from dpviz.runtime import memory
 from dpviz.training import shapes
 from dpviz.training.calibration import calibrated_phases, check_delta, check_public
 from dpviz.config import AUTO, RunConfig
@@ -76,6 +77,7 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
         raise ConfigError(cfg.auto[0], "a number here: resolve \"auto\" first (dpviz.run does; "
                           "RunConfig.fixed_rates() takes the fixed defaults)", AUTO)
     device = resolve_device(cfg.device)
+    memory.keep_freed_memory()  # a process that trains keeps its steps' freed buffers (`dpviz.runtime.memory`)
     with tokens.cache_in(cache_dir):  # a text dataset's token ids are cached in this run's store
         bundle = data.load(cfg)
     audit = canaries(bundle) if canaries else None

@@ -1,0 +1,243 @@
+"""Captured private steps: a phase's DP step replayed as one CUDA graph per physical batch size.
+
+At the fixed batch sizes of `dpviz.training.shapes` a step launches the very kernels of the step before, and
+on a GPU the host's launches, not the device, set the pace at the sizes dpviz trains (a plain ResNet-18 step at
+B = 64 is mostly launch overhead on an H200). Replaying a captured CUDA graph launches them all at once. One
+graph per physical size of the phase holds:
+
+- the forward with book-keeping's hooks, the backward to the layers' outputs, the per-sample norms, the clip
+  factors and the clipped sum (`dpviz.privacy.dpsgd.Stepper.clipped_sum`);
+- the noise added and the division by the accounted q·n, as `dpsgd.private_step` does them;
+- the step's statistics (read once after the replay: one host sync, as an eager step's);
+- SGD's update (Adam and AdamW update eagerly after the replay: their step counters live on the host).
+
+The noise itself is drawn eagerly, before the replay, by the same `dpsgd.gaussian_noise` calls an eager step
+makes, from the run's generator and through BandMF's noise memory, into a buffer the graph reads. So every
+step's draw is fresh by construction, and an eager and a replayed step from one generator state draw the same
+numbers.
+
+A capture never changes what a step releases. Before its first replay, each graph is checked against the eager
+step on the same batch with the same noise (`TOLERANCE`); a mismatch, or an error while capturing, restores the
+parameters and the optimizer's state, says so in the run's events, and the phase goes on eagerly. A phase that
+cannot be captured at all (`why_eager`) steps eagerly and says why, once. ``DPVIZ_CAPTURE=off`` turns capture
+off: the steps are the same, only their speed differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import torch
+from torch import nn
+
+from dpviz.privacy import dpsgd
+
+ENV = "DPVIZ_CAPTURE"
+WARMUP = 2  # eager runs of the step on a side stream before its capture (autograd's and cuBLAS's lazy set-up)
+TOLERANCE = 1e-4  # a replayed update may differ from the eager one by this much of the eager update's largest entry
+# (the same kernels, but cuDNN may choose another algorithm inside a capture)
+KNOWN = ("torch", "dpviz", "timm", "transformers", "torchvision")  # packages whose layers' forwards dpviz runs captured
+
+
+def why_eager(*, device: str, stepper, optimizer, strategy, padded: bool, canaries=None, world=None,
+              precision: str = "fp32", environ=None) -> str | None:
+    """None when a phase's private steps can run as captured CUDA graphs; otherwise the one line saying why not.
+
+    Args:
+        device: the run's device ("cuda", "cuda:1", "cpu").
+        stepper: the phase's `dpsgd.Stepper`; optimizer: its optimizer; strategy: the run's `Strategy`.
+        padded: whether the phase pads its batches to fixed sizes (``batch_shapes`` ≠ 0).
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(ENV, "auto").lower() in ("off", "0", "false", "no"):
+        return f"{ENV}=off"
+    if torch.device(device).type != "cuda":
+        return "CUDA graphs are CUDA's: this run is on a CPU"
+    if not padded:
+        return "batch_shapes 0: every step has a new batch size, and a graph one shape"
+    if stepper.mode == "hooks":
+        return "Opacus's hooks compute the per-sample gradients (grad_sample_mode hooks)"
+    if stepper.mode == "head":
+        return "a linear head on cached features: its step is a few kernels, nothing to gain"
+    if precision == "fp16":
+        return "fp16 counts overflowed examples on the host at every step"
+    if canaries is not None:
+        return "an audit's canaries enter each step from the host"
+    if world is not None:
+        return "a distributed run's collectives are not captured"
+    if getattr(type(strategy), "after_step", None) is not _base_after_step():
+        return f"the strategy {getattr(strategy, 'name', type(strategy).__name__)} reads each step's gradients"
+    outside = sorted({type(m).__module__ for m in stepper.module.modules()
+                      if type(m).__module__.split(".")[0] not in KNOWN})
+    if outside:
+        return f"layers from outside {', '.join(KNOWN)} ({', '.join(outside)}): their forwards may read the host"
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return "no optimizer of torch.optim"
+    return None
+
+
+def _base_after_step():
+    from dpviz.strategies.base import Strategy  # the strategies import the training layer's neighbours
+
+    return Strategy.after_step
+
+
+class CapturedSteps:
+    """One phase's private steps, replayed from CUDA graphs (one per physical batch size).
+
+    ``graphs=False`` runs the same step eagerly, through the same buffers and in the same order (noise drawn
+    first, then the step): the path a CPU test checks against `dpsgd.private_step`.
+    """
+
+    def __init__(self, stepper: dpsgd.Stepper, optimizer, generator: torch.Generator, *, clip_norm: float,
+                 noise_multiplier: float, expected_batch: float, clipping: str = "abadi", correlate=None,
+                 count_noise: float = 0.0, graphs: bool = True):
+        self.stepper, self.optimizer, self.generator = stepper, optimizer, generator
+        self.params: list[nn.Parameter] = stepper.params
+        self.clip_norm, self.sigma, self.expected = clip_norm, noise_multiplier, expected_batch
+        self.clipping, self.correlate, self.count_noise = clipping, correlate, count_noise
+        self.graphs_on = graphs
+        self.optimizes = isinstance(optimizer, torch.optim.SGD)  # SGD's update has no host state: in the graph
+        self.noise = [torch.zeros_like(p) for p in self.params]  # the eager draw the graph reads
+        self.graphs: dict[int, tuple] = {}  # size: (graph, (x, y, mask) static, sums, grads)
+        self.pool = None
+        self.off: str | None = None  # why this phase went back to eager steps
+        self.capture_s, self.capture_bytes, self.replays = 0.0, 0, 0
+
+    def takes(self, x, y) -> bool:
+        """Whether this step can replay: one padded physical batch (a split batch steps eagerly)."""
+        return self.off is None and isinstance(y, torch.Tensor)
+
+    # --- one step --------------------------------------------------------------------------------------
+    def step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> dpsgd.StepStats:
+        """Set ``p.grad`` to the noisy clipped mean, and update the parameters where `optimizes`."""
+        self._draw()
+        entry = self.graphs.get(len(y)) if self.graphs_on else None
+        if entry is not None:
+            graph, (sx, sy, sm), sums, grads = entry
+            sx.copy_(x)
+            sy.copy_(y)
+            sm.copy_(mask)
+            graph.replay()
+            self.replays += 1
+            for p, g in zip(self.params, grads):
+                p.grad = g
+        elif self.graphs_on and self.off is None and (sums := self._capture(x, y, mask)) is not None:
+            pass  # captured, checked, and its first replay was this step
+        else:
+            sums, _ = self._body(x, y, mask)
+        return self._stats(sums)
+
+    def _draw(self) -> None:
+        """This step's noise, drawn as `dpsgd.private_step` draws it (one call per parameter, then BandMF's memory)."""
+        noise = [dpsgd.gaussian_noise(p, self.sigma * self.clip_norm, self.generator) for p in self.params]
+        if self.correlate is not None:
+            noise = self.correlate(noise)
+        torch._foreach_copy_(self.noise, noise)
+
+    def _body(self, x, y, mask):
+        """The step as the graph holds it: the clipped sum, plus the drawn noise, over q·n; SGD's update."""
+        for p in self.params:
+            p.grad = None
+        out, loss_sum, norms = self.stepper.clipped_sum(x, y, self.clip_norm, self.clipping, mask)
+        sums = torch.stack([t.to(torch.float64)
+                            for t in dpsgd._batch_sums(out, y, mask, loss_sum, norms, self.clip_norm)])  # (5,)
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        grads = torch._foreach_add(grads, self.noise)
+        torch._foreach_div_(grads, self.expected)
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        if self.optimizes:
+            self.optimizer.step()
+        return sums, grads
+
+    def _stats(self, sums: torch.Tensor) -> dpsgd.StepStats:
+        draw = (dpsgd.gaussian_noise(torch.empty((), device=sums.device), self.count_noise, self.generator)
+                if self.count_noise else None)  # after the gradient's draw, as an eager step takes it
+        st = dpsgd._step_stats(list(sums.unbind()), sums.device)
+        if draw is not None:
+            st.clip_fraction_dp = (round((st.clip_fraction or 0.0) * st.batch_size) + float(draw)) / self.expected
+        return st
+
+    # --- capture -------------------------------------------------------------------------------------------
+    def _capture(self, x, y, mask) -> torch.Tensor | None:
+        """Capture the step at this batch size, check it against the eager step, and take this step by its first
+        replay: its statistics (5,); None: the phase steps eagerly from here (`off` says why)."""
+        t0, saved, before = time.perf_counter(), self._save(), 0
+        static = (x.clone(), y.clone(), mask.clone())
+        try:
+            side = torch.cuda.Stream(x.device) if x.is_cuda else None  # (a CPU fails below, after the warm-up)
+            if side is not None:
+                before = torch.cuda.memory_allocated(x.device)
+                side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                for _ in range(WARMUP):
+                    self._body(*static)
+            if side is not None:
+                torch.cuda.current_stream().wait_stream(side)
+            self._restore(saved)
+            graph = torch.cuda.CUDAGraph()
+            self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self.pool):
+                sums, grads = self._body(*static)
+            entry = (graph, static, sums, grads)
+            eager = self._eager_update(static, saved)
+            graph.replay()
+            self.replays += 1
+            gap = _gap(self._update(grads), eager)
+        except Exception as e:  # noqa: BLE001 — any failure to capture means eager steps, never a lost run
+            self._restore(saved)
+            self.off = f"capture failed at batch size {len(y)} ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
+            return None
+        finally:
+            self.capture_s += time.perf_counter() - t0
+        if gap > TOLERANCE:
+            self._restore(saved)
+            self.off = f"the replayed step differed from the eager one by {gap:.2e} of its largest entry"
+            return None
+        self.capture_bytes += max(torch.cuda.memory_allocated(x.device) - before, 0)
+        self.graphs[len(y)] = entry
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        return sums
+
+    def _eager_update(self, static, saved) -> list[torch.Tensor]:
+        """The update an eager step makes on ``static`` with this step's noise, then the state put back."""
+        _, grads = self._body(*static)
+        update = self._update(grads)
+        self._restore(saved)
+        return [u.clone() for u in update]
+
+    def _update(self, grads) -> list[torch.Tensor]:
+        """What the step changes: the parameters where SGD updates in the graph, else the noisy gradients."""
+        return [p.detach() for p in self.params] if self.optimizes else list(grads)
+
+    def _save(self) -> dict:
+        state = [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
+        return {"params": [p.detach().clone() for p in self.params],
+                "momentum": [b.clone() if b is not None else None for b in state]}
+
+    def _restore(self, saved: dict) -> None:
+        """Parameters and SGD's momentum back in place (the graph holds their addresses); a buffer that a
+        warm-up created goes to 0, which SGD's next step treats as its first (no dampening: buf = grad)."""
+        with torch.no_grad():
+            for p, v, b in zip(self.params, saved["params"], saved["momentum"]):
+                p.copy_(v)
+                p.grad = None
+                buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    buf.copy_(b) if b is not None else buf.zero_()
+
+    def summary(self) -> dict:
+        """What the run's summary says of its captured steps."""
+        return {"graphs": len(self.graphs), "replays": self.replays, "capture_s": round(self.capture_s, 3),
+                "capture_mib": round(self.capture_bytes / 2 ** 20, 1), **({"eager": self.off} if self.off else {})}
+
+
+def _gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """max |a − b| over max |b| (0 for an all-zero b and a equal to it)."""
+    top = max((float(t.abs().max()) for t in b if t.numel()), default=0.0)
+    diff = max((float((s - t).abs().max()) for s, t in zip(a, b) if t.numel()), default=0.0)
+    return diff / top if top > 0 else diff

@@ -1,0 +1,141 @@
+"""Captured private steps (`dpviz.training.capture`): when a phase is captured, and that a captured step is the
+eager step, on this CPU (the decision, the step's buffers and order, the fall back to eager) and on a GPU (the
+CUDA graphs themselves; CI has none: `bench/gpu_call.sh` runs them)."""
+
+import pytest
+import torch
+from torch import nn
+
+from dpviz import strategies
+from dpviz.config import RunConfig
+from dpviz.models import Classifier, build_backbone
+from dpviz.privacy import bandmf
+from dpviz.privacy.dpsgd import Stepper, private_step
+from dpviz.training import capture
+
+CUDA = torch.cuda.is_available()
+
+
+class PluginBlock(nn.Module):  # a layer from outside the packages whose forwards dpviz knows
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def _cnn(device="cpu"):
+    torch.manual_seed(0)
+    return Classifier(build_backbone("cnn", channels=1, size=16), 10).to(device)
+
+
+def _why(**over):
+    model = over.pop("model", None) or _cnn()
+    stepper = over.pop("stepper", None) or Stepper(model, "bk")
+    args = dict(device="cuda", stepper=stepper, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                strategy=strategies.get("fft")(RunConfig()), padded=True, environ={})
+    return capture.why_eager(**{**args, **over})
+
+
+def test_a_padded_bookkeeping_phase_on_cuda_is_captured_and_each_obstacle_says_why_not():
+    assert _why() is None
+    assert _why(optimizer=torch.optim.Adam(_cnn().parameters())) is None  # captured; Adam updates after the replay
+    said = {
+        "cpu": _why(device="cpu"), "off": _why(environ={"DPVIZ_CAPTURE": "off"}), "drawn": _why(padded=False),
+        "hooks": _why(stepper=Stepper(_cnn(), "hooks")), "fp16": _why(precision="fp16"),
+        "canaries": _why(canaries=object()), "world": _why(world=object()),
+        "sparse": _why(strategy=strategies.get("sparse")(RunConfig(strategy="sparse"))),
+        "plugin": _why(model=nn.Sequential(PluginBlock(), nn.Linear(3, 2))),
+        "head": _why(model=nn.Linear(4, 3)),
+    }
+    assert all(said.values()), [k for k, v in said.items() if not v]
+    assert "CPU" in said["cpu"] and "DPVIZ_CAPTURE=off" in said["off"] and "batch_shapes 0" in said["drawn"]
+    assert "hooks" in said["hooks"] and "test_capture" in said["plugin"] and "sparse" in said["sparse"]
+
+
+def _pair(correlate: bool, optimizer=torch.optim.SGD):
+    """Two twin models, steppers and optimizers; BandMF b = 2 memories where ``correlate``."""
+    out = []
+    for _ in range(2):
+        model = _cnn().double()
+        opt = optimizer([p for p in model.parameters() if p.requires_grad], lr=0.05,
+                        **({"momentum": 0.9} if optimizer is torch.optim.SGD else {}))
+        out.append((model, Stepper(model, "bk"), opt, bandmf.BandedNoise(2) if correlate else None))
+    return out
+
+
+@pytest.mark.parametrize("correlate", [False, True], ids=["dp-sgd", "bandmf"])
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager-buffers", "capture-fails-on-cpu"])
+def test_a_captured_phase_takes_exactly_the_eager_steps(correlate, graphs):
+    """Three padded steps with a noisy count: parameters, momentum, statistics and the generator's state equal an
+    eager run's bit for bit. ``graphs`` on a CPU: the capture fails, is said once, and the steps go on eagerly."""
+    (m1, s1, o1, n1), (m2, s2, o2, n2) = _pair(correlate)
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    cap = capture.CapturedSteps(s2, o2, g2, clip_norm=0.5, noise_multiplier=1.3, expected_batch=5.0,
+                                correlate=n2, count_noise=2.0, graphs=graphs)
+    torch.manual_seed(1)
+    for k in range(3):
+        x, y = torch.randn(8, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (8,))
+        mask = torch.arange(8) < 5 + k  # padded rows
+        ref = private_step(s1, x, y, clip_norm=0.5, noise_multiplier=1.3, expected_batch=5.0, generator=g1, mask=mask,
+                           count_noise=2.0, **({"correlate": n1} if n1 is not None else {}))
+        o1.step()
+        assert cap.takes(x, y) == (not graphs or k == 0)  # after a failed capture the loop steps eagerly
+        st = cap.step(x, y, mask)
+        assert cap.optimizes
+        assert st == ref
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            assert torch.equal(p, q) and torch.equal(p.grad, q.grad)
+            assert torch.equal(o1.state[p]["momentum_buffer"], o2.state[q]["momentum_buffer"])
+    assert torch.equal(g1.get_state(), g2.get_state())
+    assert cap.summary()["graphs"] == 0 and cap.replays == 0
+    if graphs:
+        assert cap.off.startswith("capture failed at batch size 8") and "eager" in cap.summary()
+
+
+def test_adam_updates_outside_the_graph_and_a_split_batch_steps_eagerly():
+    (_, _, _, _), (m, s, o, _) = _pair(False, torch.optim.Adam)
+    cap = capture.CapturedSteps(s, o, torch.Generator(), clip_norm=1.0, noise_multiplier=1.0, expected_batch=4.0,
+                                graphs=False)
+    before = [p.detach().clone() for p in m.parameters()]
+    cap.step(torch.randn(4, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (4,)), torch.ones(4, dtype=bool))
+    assert not cap.optimizes and all(torch.equal(p, b) for p, b in zip(m.parameters(), before))  # Loop steps Adam
+    assert not cap.takes([torch.zeros(1)], [torch.zeros(1)])
+
+
+def test_a_cpu_run_captures_nothing_and_says_nothing(cache_dir):
+    import dpviz
+
+    out = dpviz.run(RunConfig(strategy="fft", epochs=1, batch_shapes=2, lr_ft=0.01), cache_dir=cache_dir)
+    assert "capture" not in out and out["privacy_check"]["verdict"] == "passed"
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device (CI has none: bench/gpu_call.sh runs it)")
+@pytest.mark.parametrize("correlate", [False, True], ids=["dp-sgd", "bandmf"])
+def test_replayed_steps_equal_the_eager_steps_on_cuda(correlate):
+    """Five steps of two sizes from CUDA graphs against eager steps from the same generator state: the same
+    updates (to `capture.TOLERANCE`), fresh noise at every replay, two graphs, capture time and memory stated."""
+    models = []
+    for _ in range(2):
+        model = _cnn("cuda")
+        models.append((model, Stepper(model, "bk"), torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                       bandmf.BandedNoise(2) if correlate else None, torch.Generator("cuda").manual_seed(3)))
+    (m1, s1, o1, n1, g1), (m2, s2, o2, n2, g2) = models
+    cap = capture.CapturedSteps(s2, o2, g2, clip_norm=1.0, noise_multiplier=1.0, expected_batch=24.0, correlate=n2)
+    torch.manual_seed(2)
+    updates = []
+    for k, size in enumerate((32, 32, 16, 32, 16)):
+        x, y = torch.randn(size, 1, 16, 16, device="cuda"), torch.randint(0, 10, (size,), device="cuda")
+        mask = torch.arange(size, device="cuda") < size - 3
+        before = [p.detach().clone() for p in m2.parameters()]
+        private_step(s1, x, y, clip_norm=1.0, noise_multiplier=1.0, expected_batch=24.0, generator=g1, mask=mask,
+                     **({"correlate": n1} if n1 is not None else {}))
+        o1.step()
+        cap.step(x, y, mask)
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            assert (p - q).abs().max() <= 1e-4 * p.abs().max() + 1e-6
+        updates.append(torch.cat([(q - b).flatten() for q, b in zip(m2.parameters(), before)]))
+    assert cap.off is None and cap.summary()["graphs"] == 2 and cap.replays == 5
+    assert not torch.allclose(updates[1], updates[3])  # the same size, another draw: the noise is fresh
+    assert cap.summary()["capture_s"] > 0 and cap.summary()["capture_mib"] >= 0
