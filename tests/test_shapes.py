@@ -24,6 +24,27 @@ def test_physical_sizes_cover_the_poisson_batch_and_grow_with_count():
     assert shapes.physical_sizes(10, 0.01, 1) == (8,)
 
 
+@pytest.mark.parametrize("n", [1, 7, 50, 1000, 4000, 60000])
+@pytest.mark.parametrize("q", [0.0, 1e-4, 0.01, 0.064, 0.3, 0.99, 1.0])
+def test_the_sizes_quantiles_are_scipy_stats_binomial_quantiles(n, q):
+    """Taken from scipy.special's functions (a run imports no scipy.stats for them), equal to scipy.stats'."""
+    from scipy.stats import binom
+
+    assert shapes._binom_quantiles(n, q) == (int(binom.ppf(shapes.QUANTILE, n, q)),
+                                             int(binom.ppf(1 - shapes.QUANTILE, n, q)))
+
+
+def test_the_privacy_checks_chi2_band_is_scipy_stats_quantiles():
+    from scipy.stats import chi2
+
+    from dpviz.privacy import check
+
+    for df in (1, 2, 5, 30, 199, 5000, 10 ** 6):
+        lo, hi = check._chi2_band(df)
+        assert lo == pytest.approx(chi2.ppf(check.ALPHA / 2, df), rel=1e-9)
+        assert hi == pytest.approx(chi2.ppf(1 - check.ALPHA / 2, df), rel=1e-9)
+
+
 def test_padder_keeps_every_sampled_row_once_and_splits_rather_than_drops():
     p = shapes.Padder((8, 16))
     for b in (0, 1, 7, 8, 9, 16, 17, 40):
