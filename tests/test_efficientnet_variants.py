@@ -62,3 +62,46 @@ def test_the_catalogue_trains_each_on_fashion_mnist(name, tmp_path):
                     epsilon=4.0, delta=1e-3, lr_lp=0.5, eval_subset=20, keep_weights="none")
     s = dpviz.run(cfg, cache_dir=tmp_path)
     assert s["epsilon_spent"] <= 4.0 and 0.0 <= s["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_the_kept_network_is_the_one_timm_builds(k, tmp_path):
+    """Kept in the store at a first build and read back at a second, the network computes what timm's does (bit
+    for bit, the same parameter names); a damaged file is built afresh and kept again."""
+    import timm
+
+    from dpviz.models import cache_in
+    from dpviz.models import efficientnet as lite
+    from dpviz.models.efficientnet import build_efficientnet_lite
+
+    net = timm.create_model(lite.arch(k), pretrained=False)  # timm's own blocks, folded as dpviz folds them
+    lite._load_by_position(net, lite.package_weights(k), lite.arch(k))
+    net.reset_classifier(0)
+    net = lite._private_ready(net, lite.RESOLUTION).eval()
+    fresh = build_efficientnet_lite(k, channels=1, size=28).eval()
+    with cache_in(tmp_path):
+        first = build_efficientnet_lite(k, channels=1, size=28).eval()
+        kept = sorted((tmp_path / "backbones").glob(f"efficientnet_lite{k}_48px_*.pt"))
+        second = build_efficientnet_lite(k, channels=1, size=28).eval()
+        kept[0].write_bytes(kept[0].read_bytes()[:1000])  # a damaged file
+        third = build_efficientnet_lite(k, channels=1, size=28).eval()
+    assert len(kept) == 1 and kept[0].stat().st_size > 1_000_000  # kept again, whole
+    with torch.no_grad():
+        ref = net.forward_features(fresh._input(_input())).mean((2, 3))
+        for other in (fresh, first, second, third):
+            assert torch.equal(other.forward_features(_input()), ref)
+            assert list(other.state_dict()) == list(fresh.state_dict())
+    assert {type(m).__module__.split(".")[0] for m in second.modules()} == {"torch", "dpviz"}
+
+
+@pytest.mark.subprocess
+def test_a_second_build_reads_the_kept_network_without_timm(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from dpviz.models import cache_in; from dpviz.models.efficientnet import "
+            "build_efficientnet_lite as b\nwith cache_in(sys.argv[1]): b(0, channels=1, size=28)\n"
+            "print('timm' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    assert [r.stdout.split()[-1] for r in runs] == ["True", "False"]

@@ -5,6 +5,6 @@ The package re-exports `dpviz.models.classifier`.
 
 from __future__ import annotations
 
-from dpviz.models.classifier import Classifier, build_backbone, count_blocks  # noqa: F401
+from dpviz.models.classifier import Classifier, build_backbone, built_cache, cache_in, count_blocks  # noqa: F401
 
-__all__ = ["Classifier", "build_backbone", "count_blocks"]
+__all__ = ["Classifier", "build_backbone", "built_cache", "cache_in", "count_blocks"]

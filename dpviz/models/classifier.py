@@ -14,10 +14,16 @@ Every backbone is an ``nn.Module`` with:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from dpviz import catalog
+
+_BUILT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpviz_built_backbones", default=None)
 
 
 class Classifier(nn.Module):
@@ -40,6 +46,24 @@ def build_backbone(name: str, *, channels: int, size: int, weights: str | None =
     load ``weights``.
     """
     return catalog.backbone(name).build(channels=channels, size=size, weights=weights)
+
+
+@contextlib.contextmanager
+def cache_in(cache_dir):
+    """Backbones built while this is open, in this thread, may keep what they derived from their weights under
+    ``<cache_dir>/backbones/`` (`built_cache`): the store of the run that builds them
+    (`dpviz.training.prepare.prepare`). EfficientNet-Lite keeps its private-ready network there."""
+    token = _BUILT.set(Path(cache_dir) if cache_dir else None)
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
+
+def built_cache() -> Path | None:
+    """The folder `cache_in` opened for this thread's builds (None: build from scratch, keep nothing)."""
+    base = _BUILT.get()
+    return base / "backbones" if base is not None else None
 
 
 def count_blocks(backbone: nn.Module) -> int:

@@ -124,6 +124,7 @@ class Loop:
             seed = self.world.share(seed)
         self.check = check.PrivacyCheck(steps=self.cfg.privacy_check, phase_starts=starts, total=at, seed=seed,
                                         rank=self.world.rank if self.world is not None else 0)
+        check.prefetch()  # the check's end imports dp_accounting: done beside the training steps instead
 
     # --- helpers for strategies ----------------------------------------------
     def set_trainable(self, trainable: str) -> None:

@@ -61,7 +61,8 @@ def resolve_device(name: str) -> str:
 def build_backbone(cfg: RunConfig, bundle: data.Bundle, cache_dir) -> nn.Module:
     if catalog.backbone(cfg.backbone).own:
         return pretrained_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, cache_dir=cache_dir)
-    return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
+    with models.cache_in(cache_dir):  # EfficientNet-Lite keeps its private-ready network in the run's store
+        return models.build_backbone(cfg.backbone, channels=bundle.channels, size=bundle.size, weights=cfg.weights)
 
 
 def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
