@@ -93,7 +93,9 @@ def dpviz_graph_fn(model, x, y):
     gen = torch.Generator(device=x.device).manual_seed(0)
     mask = torch.ones(len(y), dtype=torch.bool, device=x.device)  # one fixed size, every row real
     cap = capture.CapturedSteps(dpsgd.Stepper(model, "auto", PRECISION), opt, gen, clip_norm=1.0,
-                                noise_multiplier=1.0, expected_batch=len(y))
+                                noise_multiplier=1.0, expected_batch=len(y), graphs=x.is_cuda)
+    if not x.is_cuda:
+        cap.off = "a CPU has no CUDA graphs: the same step, eager"
 
     def step():
         cap.step(x, y, mask)

@@ -18,6 +18,8 @@
 #   noise:  the noise study (python -m dpviz study run noise) on real vision, DP-FFT then DP-LP-FFT, DP-SGD beside BandMF b ∈ {2, 4, 8},
 #           ε ∈ {1, 8}, whole seeds until the call's time is spent (--stop-after);
 #   split:  the split study (python -m dpviz study run split) on real vision, the best LP share under DP-SGD and BandMF b = 4 (--stop-after).
+#   profile: where the bf16 DP step's time goes: torch.profiler tables of dpviz's DP step on ViT-S/16 and
+#           ResNet-18 in bf16 (bench/bench_dp_step.py --device cuda --precision bf16 --profile), into $OUT.
 # Usage (device machine): [PARTS="…"] bash bench/gpu_call.sh [SECONDS, default 540]
 # Dry run here: OUT=/tmp/out DEVICE=cpu bash bench/gpu_call.sh 300
 set -u
@@ -100,6 +102,13 @@ if part split; then
   timeout $(( STOP + 35 )) $PY -m dpviz study run split --task real-vision --device "$DEVICE" --keep results \
     --stop-after "$(awk "BEGIN {print $STOP / 60}")" 2>&1 | tee -a "$LOG"
   keep "$DPVIZ_CACHE_DIR"/studies/split_real-vision.json
+fi
+
+if part profile; then
+  say "profile: the bf16 DP step"
+  timeout 150 $PY bench/bench_dp_step.py --device cuda --precision bf16 --models vit_small resnet18 \
+    --methods plain dpviz --profile "$OUT" 2>&1 | tee -a "$LOG"
+  keep bench/results/dp_step_cuda_bf16.json
 fi
 
 MIN=$(( ($(left) - 40) / 60 ))

@@ -138,3 +138,35 @@ def test_precision_is_a_hashed_field_that_needs_book_keeping_and_leaves_epsilon_
     b = dpviz.run(base.replace(precision="bf16"), cache_dir=cache_dir)
     assert b["epsilon_spent"] == a["epsilon_spent"] <= 1.0  # the accountant does not see precision
     assert b["config"]["precision"] == "bf16" and b["test_accuracy"] is not None
+
+
+@pytest.mark.parametrize("make,batch", [(_Image, _image_batch), (_Text, _text_batch)], ids=["image", "text"])
+def test_bf16_grams_of_bf16_inputs_are_the_fp32_path(make, batch, monkeypatch):
+    """With the bf16 inputs kept into the Linear and Conv2d Grams (`bk.LOW_GRAMS`, CUDA's route, run here on the
+    CPU's FP32 copies), the norms, the clipped sums and the bound are those of the FP32 copies made up front."""
+    from dpviz.privacy import bk
+
+    torch.manual_seed(0)
+    model, (x, y) = make(), batch()
+    C = _clipped(model, x, y, "fp32", C=1.0)[0].median().item()
+    ref_norms, ref, _ = _clipped(model, x, y, "bf16", C=C)
+    monkeypatch.setattr(bk, "LOW_GRAMS", {"cpu", "cuda"})
+    norms, got, _ = _clipped(model, x, y, "bf16", C=C)
+    assert norms.dtype == torch.float32 and torch.allclose(norms, ref_norms, rtol=1e-6)
+    for name, g in ref.items():
+        assert got[name].dtype == torch.float32 and torch.allclose(got[name], g, rtol=1e-5, atol=1e-7), name
+    for i in range(4):  # one example, a tiny C: clipped, and at most C
+        n1, g1, _ = _clipped(model, x[i:i + 1], y[i:i + 1], "bf16", 1e-3)
+        assert n1[0] > 1e-3 and torch.sqrt(sum(t.pow(2).sum() for t in g1.values())) <= 1e-3 * (1 + 1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CI has none: bench/gpu_call.sh runs it)")
+def test_a_bf16_gram_on_cuda_is_the_fp32_product_of_its_inputs():
+    from dpviz.privacy import bk_rules
+
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 197, 384, device="cuda").bfloat16(), torch.randn(8, 384, 197, device="cuda").bfloat16()
+    with precision.exact("bf16"):
+        ref = torch.bmm(a.float(), b.float())
+    got = bk_rules.gram(a, b)
+    assert got.dtype == torch.float32 and torch.allclose(got, ref, rtol=1e-5, atol=1e-4)

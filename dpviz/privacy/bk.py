@@ -53,6 +53,10 @@ from dpviz.privacy import precision as prec
 
 _unfold, _per_sample_affine = rules.unfold, rules.per_sample_affine  # the names they had here
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.Embedding, nn.GroupNorm, nn.LayerNorm, ClsPos, RowDelta)
+LOW_GRAMS = {"cuda"}
+"""Devices on which a bf16 run's Linear and Conv2d Grams take bf16 inputs with FP32 products and sums (cuBLAS's
+``out_dtype``), instead of FP32 copies of the inputs multiplied without TF32: the same accuracy, on the bf16
+tensor cores. A CPU has no such product, so it keeps the copies."""
 _BN = nn.modules.batchnorm._BatchNorm  # BatchNorm1d/2d/3d, SyncBatchNorm, timm's BatchNormAct2d
 
 
@@ -168,8 +172,12 @@ class BookKeeper:
             self.early[module] = self._norm2(*self._fp32(module, a, g, _unchanged(keep)))[2]
 
     def _fp32(self, m, a, g, y):
-        """(m, a, g, y) with a, g and y in FP32, the loss scale out of g, non-finite entries 0 (fp16)."""
+        """(m, a, g, y) with a, g and y in FP32, the loss scale out of g, non-finite entries 0 (fp16). A bf16 run's
+        Linear and Conv2d layers keep a and g in bf16 where `LOW_GRAMS` names the device: their Grams multiply
+        bf16 exactly and sum in FP32 (`bk_rules.gram`), the accuracy of FP32 on the upcast inputs."""
         if self.precision == "fp32":
+            return m, a, g, y
+        if self.precision == "bf16" and a.device.type in LOW_GRAMS and type(m) in (nn.Linear, nn.Conv2d):
             return m, a, g, y
         return (m, prec.clean(a, 1.0, self._bad), prec.clean(g, self._scale, self._bad),
                 None if y is None else prec.clean(y, 1.0, self._bad))
@@ -248,7 +256,7 @@ class BookKeeper:
         if isinstance(m, nn.Linear):
             a3, g3 = a.reshape(a.shape[0], -1, a.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
             n2, ps = rules.matrix_norm2(a3, g3) if m.weight.requires_grad else (None, None)
-            vecs = [(m.bias, g3.sum(1))] if m.bias is not None and m.bias.requires_grad else []
+            vecs = [(m.bias, rules.wide(g3).sum(1))] if m.bias is not None and m.bias.requires_grad else []
             return n2, (a3, g3, ps) if n2 is not None else None, vecs
         if isinstance(m, RowDelta):
             if m.conv:  # output grads of the selected rows only: (B, k, H', W') / (…, k)
@@ -266,7 +274,7 @@ class BookKeeper:
             return n2, (a, gr, ps), vecs
         if isinstance(m, nn.Conv2d):
             n2, ps = rules.conv_norm2(m, a, g) if m.weight.requires_grad else (None, None)
-            vecs = [(m.bias, g.flatten(2).sum(2))] if m.bias is not None and m.bias.requires_grad else []
+            vecs = [(m.bias, rules.wide(g).flatten(2).sum(2))] if m.bias is not None and m.bias.requires_grad else []
             return n2, (a, g, ps) if n2 is not None else None, vecs
         if isinstance(m, nn.Embedding):  # a: the ids (B, *)
             return *rules.embedding_norm2(m, a, g), []
@@ -282,10 +290,10 @@ class BookKeeper:
             a3, g3, ps = state
             if ps is not None:  # per-sample grads at hand: Σ_i c_i G_i
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps)
-            else:  # one (out, B·T)·(B·T, in) GEMM; scale the narrower side
+            else:  # one (out, B·T)·(B·T, in) GEMM in FP32; scale the narrower side
                 cc = c.view(-1, 1, 1)
                 gs, as_ = (g3 * cc, a3) if g3.shape[-1] <= a3.shape[-1] else (g3, a3 * cc)
-                m.weight.grad = gs.reshape(-1, gs.shape[-1]).T @ as_.reshape(-1, as_.shape[-1])
+                m.weight.grad = rules.wide(gs.reshape(-1, gs.shape[-1])).T @ rules.wide(as_.reshape(-1, as_.shape[-1]))
         elif isinstance(m, nn.Embedding):
             m.weight.grad = rules.embedding_sum(m, state, c)
         elif isinstance(m, RowDelta):
@@ -303,5 +311,5 @@ class BookKeeper:
             if ps is not None:
                 m.weight.grad = torch.einsum("b,boi->oi", c, ps).reshape(m.weight.shape)
             else:
-                m.weight.grad = torch.nn.grad.conv2d_weight(a, m.weight.shape, g * c.view(-1, 1, 1, 1),
+                m.weight.grad = torch.nn.grad.conv2d_weight(rules.wide(a), m.weight.shape, g * c.view(-1, 1, 1, 1),
                                                             m.stride, m.padding, m.dilation)

@@ -20,6 +20,25 @@ def sq_rows(x: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x.unsqueeze(1), x.unsqueeze(2)).view(-1)
 
 
+def gram(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The batched product x·y, (B, m, k)·(B, k, n) → (B, m, n), in FP32 whatever the inputs: bf16 and fp16 values
+    are multiplied exactly in FP32 and summed in FP32, by cuBLAS with an FP32 output on CUDA (``out_dtype``), on
+    FP32 copies elsewhere."""
+    if x.dtype not in LOW and y.dtype not in LOW:
+        return torch.bmm(x, y)
+    if x.is_cuda and x.dtype == y.dtype:
+        return torch.bmm(x, y, out_dtype=torch.float32)
+    return torch.bmm(wide(x), wide(y))
+
+
+LOW = (torch.bfloat16, torch.float16)
+
+
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in FP32 if it is bf16 or fp16, else as it is (FP32, FP64, integers)."""
+    return t.float() if t.dtype in LOW else t
+
+
 def unfold(layer: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
     """(B, C, H, W) -> (B, L, C·kh·kw) patches, L output positions.
 
@@ -44,9 +63,9 @@ def matrix_norm2(a: torch.Tensor, g: torch.Tensor):
     T, din, dout = a.shape[1], a.shape[2], g.shape[2]
     if 2 * T * T < din * dout:  # memory traffic decides on CPU: B·2T² vs B·din·dout floats
         B = a.shape[0]  # ⟨a aᵀ, g gᵀ⟩ per sample
-        aa, gg = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+        aa, gg = gram(a, a.transpose(1, 2)), gram(g, g.transpose(1, 2))  # FP32 (B, T, T) each
         return torch.bmm(aa.view(B, 1, -1), gg.view(B, -1, 1)).view(-1), None
-    ps = torch.bmm(g.transpose(1, 2), a)  # (B, dout, din)
+    ps = gram(g.transpose(1, 2), a)  # (B, dout, din), FP32
     return sq_rows(ps.flatten(1)), ps
 
 
@@ -87,6 +106,8 @@ def conv_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, rows: torch.T
     """
     B, C = a.shape[:2]
     k, G = g.shape[1], layer.groups
+    if G > 1 or k * C < GROUPED_MAX:  # these routes form their per-sample grads in (at least) FP32
+        a, g = wide(a), wide(g)
     if G > 1 and rows is not None:  # each selected filter sees its own group's C/G input channels
         cg = C // G
         idx = (rows // (layer.out_channels // G) * cg).unsqueeze(1) + torch.arange(cg, device=a.device)
@@ -101,7 +122,7 @@ def conv_norm2(layer: nn.Conv2d, a: torch.Tensor, g: torch.Tensor, rows: torch.T
                                          layer.dilation, groups=B * G).reshape(B, k, -1)
         return sq_rows(ps.flatten(1)), ps
     if _pixel_gram_pays(layer, a, g):
-        return pixel_ghost_norm2(layer, a, g), None
+        return pixel_ghost_norm2(layer, wide(a), wide(g)), None
     return matrix_norm2(unfold(layer, a), g.flatten(2).transpose(1, 2))
 
 
