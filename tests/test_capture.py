@@ -48,10 +48,12 @@ def test_a_padded_bookkeeping_phase_on_cuda_is_captured_and_each_obstacle_says_w
         "sparse": _why(strategy=strategies.get("sparse")(RunConfig(strategy="sparse"))),
         "plugin": _why(model=nn.Sequential(PluginBlock(), nn.Linear(3, 2))),
         "head": _why(model=nn.Linear(4, 3)),
+        "dropout": _why(model=nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.1))),
     }
     assert all(said.values()), [k for k, v in said.items() if not v]
     assert "CPU" in said["cpu"] and "DPVIZ_CAPTURE=off" in said["off"] and "batch_shapes 0" in said["drawn"]
     assert "hooks" in said["hooks"] and "test_capture" in said["plugin"] and "sparse" in said["sparse"]
+    assert "dropout" in said["dropout"] and _why(model=nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.0))) is None
 
 
 def _pair(correlate: bool, optimizer=torch.optim.SGD):

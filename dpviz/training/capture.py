@@ -69,6 +69,9 @@ def why_eager(*, device: str, stepper, optimizer, strategy, padded: bool, canari
         return "a distributed run's collectives are not captured"
     if getattr(type(strategy), "after_step", None) is not _base_after_step():
         return f"the strategy {getattr(strategy, 'name', type(strategy).__name__)} reads each step's gradients"
+    if any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in stepper.module.modules()):
+        return ("dropout in training mode: its masks would come from CUDA's generator inside the graph, which the "
+                "check against the eager step cannot match")
     outside = sorted({type(m).__module__ for m in stepper.module.modules()
                       if type(m).__module__.split(".")[0] not in KNOWN})
     if outside:
