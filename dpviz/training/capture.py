@@ -189,7 +189,7 @@ class CapturedSteps:
             eager = self._eager_update(static, saved)
             graph.replay()
             self.replays += 1
-            gap = _gap(self._update(grads), eager)
+            gap = _gap(self._update(grads, saved), eager)
         except Exception as e:  # noqa: BLE001 — any failure to capture means eager steps, never a lost run
             self._restore(saved)
             self.off = f"capture failed at batch size {len(y)} ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
@@ -209,13 +209,16 @@ class CapturedSteps:
     def _eager_update(self, static, saved) -> list[torch.Tensor]:
         """The update an eager step makes on ``static`` with this step's noise, then the state put back."""
         _, grads = self._body(*static)
-        update = self._update(grads)
+        update = [u.clone() for u in self._update(grads, saved)]
         self._restore(saved)
-        return [u.clone() for u in update]
+        return update
 
-    def _update(self, grads) -> list[torch.Tensor]:
-        """What the step changes: the parameters where SGD updates in the graph, else the noisy gradients."""
-        return [p.detach() for p in self.params] if self.optimizes else list(grads)
+    def _update(self, grads, saved: dict) -> list[torch.Tensor]:
+        """What the step changed: each parameter's change where SGD updates in the graph (a change, not the
+        parameter: a wrong update small beside the weights would pass unseen), else the noisy gradients."""
+        if self.optimizes:
+            return [p.detach() - v for p, v in zip(self.params, saved["params"])]
+        return list(grads)
 
     def _save(self) -> dict:
         state = [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
