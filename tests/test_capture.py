@@ -96,6 +96,26 @@ def test_a_captured_phase_takes_exactly_the_eager_steps(correlate, graphs):
         assert cap.off.startswith("capture failed at batch size 8") and "eager" in cap.summary()
 
 
+@pytest.mark.parametrize("correlate", [False, True], ids=["dp-sgd", "bandmf"])
+def test_the_reference_a_replay_is_checked_against_is_the_eager_step_itself(correlate):
+    """`CapturedSteps.eager_update` runs `dpsgd.private_step` from the noise streams as they were before the step's
+    draw: on a CPU it equals the captured step's own body bit for bit, so a captured path that drew its noise
+    otherwise (here: without BandMF's memory) would differ from it."""
+    (_, _, _, _), (m, s, o, n) = _pair(correlate)
+    cap = capture.CapturedSteps(s, o, torch.Generator().manual_seed(4), clip_norm=0.5, noise_multiplier=1.1,
+                                expected_batch=6.0, correlate=n, graphs=False)
+    torch.manual_seed(3)
+    for k in range(2):  # the second step: a memory that holds the first step's noise
+        x, y = torch.randn(8, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (8,))
+        mask = torch.arange(8) < 6
+        saved, before = cap._save(), cap._streams()
+        ref = cap.eager_update((x, y, mask), saved, before)
+        cap.step(x, y, mask)
+        got = cap._update(None, saved)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref))
+        assert any(bool(t.abs().sum() > 0) for t in got)
+
+
 def test_adam_updates_outside_the_graph_and_a_split_batch_steps_eagerly():
     (_, _, _, _), (m, s, o, _) = _pair(False, torch.optim.Adam)
     cap = capture.CapturedSteps(s, o, torch.Generator(), clip_norm=1.0, noise_multiplier=1.0, expected_batch=4.0,
@@ -104,6 +124,32 @@ def test_adam_updates_outside_the_graph_and_a_split_batch_steps_eagerly():
     cap.step(torch.randn(4, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (4,)), torch.ones(4, dtype=bool))
     assert not cap.optimizes and all(torch.equal(p, b) for p, b in zip(m.parameters(), before))  # Loop steps Adam
     assert not cap.takes([torch.zeros(1)], [torch.zeros(1)])
+
+
+@pytest.mark.parametrize("over", [dict(), dict(mechanism="bandmf", bands=2, clip_fraction_noise=40.0)],
+                         ids=["dp-sgd", "bandmf-noisy-count"])
+def test_a_run_through_the_captured_path_trains_exactly_as_the_eager_one(cache_dir, fast_cfg, monkeypatch, over):
+    """The loop's captured path (`Loop._capture`: the captured step's buffers, its noise order and its SGD update
+    in place of the loop's; eager on a CPU) against the eager loop, from one seed: the same model, statistics,
+    privacy check verdict and ε; the run's summary lists the captured phases."""
+    from dpviz.training import loop, prepare
+
+    cfg = fast_cfg(strategy="lp-fft", batch_shapes=2, epochs=1, **over).fixed_rates()
+    eager = loop.train(prepare.prepare(cfg, cache_dir=cache_dir), store=None, run_id="eager", check_privacy=True)
+
+    class OnCpu(capture.CapturedSteps):  # the graphs' own path, without graphs
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **{**kw, "graphs": False})
+    monkeypatch.setattr(capture, "why_eager", lambda **kw: None)
+    monkeypatch.setattr(capture, "CapturedSteps", OnCpu)
+    prep = prepare.prepare(cfg, cache_dir=cache_dir)
+    captured = loop.train(prep, store=None, run_id="captured", check_privacy=True)
+    for key in ("test_accuracy", "test_loss", "epsilon_spent"):
+        assert captured[key] == eager[key], key
+    assert captured["privacy_check"]["verdict"] == eager["privacy_check"]["verdict"] == "passed"
+    notes = {n["phase"]: n for n in captured["capture"]}
+    assert set(notes) == {p["name"] for p in captured["phases"]} and all(n["graphs"] == 0 for n in notes.values())
+    assert "capture" not in eager
 
 
 def test_a_cpu_run_captures_nothing_and_says_nothing(cache_dir):

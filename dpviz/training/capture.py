@@ -17,7 +17,8 @@ step's draw is fresh by construction, and an eager and a replayed step from one 
 numbers.
 
 A capture never changes what a step releases. Before its first replay, each graph is checked against the eager
-step on the same batch with the same noise (`TOLERANCE`); a mismatch, or an error while capturing, restores the
+step itself (`dpsgd.private_step` and SGD from the same generator state and noise memory, so the eager draw is
+checked too) on the same batch (`TOLERANCE`); a mismatch, or an error while capturing, restores the
 parameters and the optimizer's state, says so in the run's events, and the phase goes on eagerly. A phase that
 cannot be captured at all (`why_eager`) steps eagerly and says why, once. ``DPVIZ_CAPTURE=off`` turns capture
 off: the steps are the same, only their speed differs.
@@ -26,6 +27,7 @@ off: the steps are the same, only their speed differs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 
@@ -116,8 +118,10 @@ class CapturedSteps:
     # --- one step --------------------------------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> dpsgd.StepStats:
         """Set ``p.grad`` to the noisy clipped mean, and update the parameters where `optimizes`."""
-        self._draw()
         entry = self.graphs.get(len(y)) if self.graphs_on else None
+        fresh = entry is None and self.graphs_on and self.off is None
+        before = self._streams() if fresh else None  # what the eager step would draw from, for the check
+        self._draw()
         if entry is not None:
             graph, (sx, sy, sm), sums, grads = entry
             sx.copy_(x)
@@ -127,7 +131,7 @@ class CapturedSteps:
             self.replays += 1
             for p, g in zip(self.params, grads):
                 p.grad = g
-        elif self.graphs_on and self.off is None and (sums := self._capture(x, y, mask)) is not None:
+        elif fresh and (sums := self._capture(x, y, mask, before)) is not None:
             pass  # captured, checked, and its first replay was this step
         else:
             sums, _ = self._body(x, y, mask)
@@ -165,15 +169,19 @@ class CapturedSteps:
         return st
 
     # --- capture -------------------------------------------------------------------------------------------
-    def _capture(self, x, y, mask) -> torch.Tensor | None:
+    def _streams(self) -> tuple:
+        """The noise generator's state and a copy of BandMF's noise memory, before this step's draw."""
+        return self.generator.get_state(), copy.deepcopy(self.correlate)
+
+    def _capture(self, x, y, mask, before) -> torch.Tensor | None:
         """Capture the step at this batch size, check it against the eager step, and take this step by its first
         replay: its statistics (5,); None: the phase steps eagerly from here (`off` says why)."""
-        t0, saved, before = time.perf_counter(), self._save(), 0
+        t0, saved, allocated = time.perf_counter(), self._save(), 0
         static = (x.clone(), y.clone(), mask.clone())
         try:
             side = torch.cuda.Stream(x.device) if x.is_cuda else None  # (a CPU fails below, after the warm-up)
             if side is not None:
-                before = torch.cuda.memory_allocated(x.device)
+                allocated = torch.cuda.memory_allocated(x.device)
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                 for _ in range(WARMUP):
@@ -186,7 +194,7 @@ class CapturedSteps:
             with torch.cuda.graph(graph, pool=self.pool):
                 sums, grads = self._body(*static)
             entry = (graph, static, sums, grads)
-            eager = self._eager_update(static, saved)
+            eager = self.eager_update(static, saved, before)
             graph.replay()
             self.replays += 1
             gap = _gap(self._update(grads, saved), eager)
@@ -200,16 +208,27 @@ class CapturedSteps:
             self._restore(saved)
             self.off = f"the replayed step differed from the eager one by {gap:.2e} of its largest entry"
             return None
-        self.capture_bytes += max(torch.cuda.memory_allocated(x.device) - before, 0)
+        self.capture_bytes += max(torch.cuda.memory_allocated(x.device) - allocated, 0)
         self.graphs[len(y)] = entry
         for p, g in zip(self.params, grads):
             p.grad = g
         return sums
 
-    def _eager_update(self, static, saved) -> list[torch.Tensor]:
-        """The update an eager step makes on ``static`` with this step's noise, then the state put back."""
-        _, grads = self._body(*static)
-        update = [u.clone() for u in self._update(grads, saved)]
+    def eager_update(self, static, saved: dict, before: tuple) -> list[torch.Tensor]:
+        """The update `dpsgd.private_step` (and SGD) make on the batch ``static`` from the noise streams as they
+        were ``before`` this step's draw (`_streams`): the eager step itself, its own draw included, against which
+        a replay is checked. The state is put back after."""
+        gen = torch.Generator(device=self.generator.device)
+        gen.set_state(before[0])
+        x, y, mask = static
+        for p in self.params:
+            p.grad = None
+        dpsgd.private_step(self.stepper, x, y, clip_norm=self.clip_norm, noise_multiplier=self.sigma,
+                           expected_batch=self.expected, generator=gen, clipping=self.clipping, mask=mask,
+                           **({"correlate": before[1]} if before[1] is not None else {}))
+        if self.optimizes:
+            self.optimizer.step()
+        update = [u.clone() for u in self._update([p.grad for p in self.params], saved)]
         self._restore(saved)
         return update
 
