@@ -2,6 +2,8 @@
 eager step, on this CPU (the decision, the step's buffers and order, the fall back to eager) and on a GPU (the
 CUDA graphs themselves; CI has none: `bench/gpu_call.sh` runs them)."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -109,11 +111,29 @@ def test_the_reference_a_replay_is_checked_against_is_the_eager_step_itself(corr
         x, y = torch.randn(8, 1, 16, 16, dtype=torch.float64), torch.randint(0, 10, (8,))
         mask = torch.arange(8) < 6
         saved, before = cap._save(), cap._streams()
-        ref = cap.eager_update((x, y, mask), saved, before)
+        ref_grads, ref_changes = cap.eager_update((x, y, mask), saved, before)
         cap.step(x, y, mask)
-        got = cap._update(None, saved)
-        assert all(torch.equal(a, b) for a, b in zip(got, ref))
-        assert any(bool(t.abs().sum() > 0) for t in got)
+        assert all(torch.equal(p.grad, g) for p, g in zip(cap.params, ref_grads))
+        changes = cap._changes(saved)
+        assert len(changes) == len(ref_changes) > 0 and all(torch.equal(a, b) for a, b in zip(changes, ref_changes))
+        assert any(bool(t.abs().sum() > 0) for t in changes)
+
+
+def test_only_plain_sgd_updates_in_the_graph_and_a_changed_learning_rate_ends_capture():
+    model = _cnn()
+    stepper, gen = Stepper(model, "bk"), torch.Generator()
+    make = lambda opt: capture.CapturedSteps(stepper, opt, gen, clip_norm=1.0, noise_multiplier=1.0,  # noqa: E731
+                                              expected_batch=4.0, graphs=False)
+    params = list(model.parameters())
+    assert make(torch.optim.SGD(params, lr=0.1, momentum=0.9)).optimizes
+    assert not make(torch.optim.SGD(params, lr=0.1, momentum=0.9, dampening=0.1)).optimizes
+    assert not make(torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True)).optimizes
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    cap = make(opt)
+    x, y = torch.zeros(4, 1, 16, 16), torch.zeros(4, dtype=torch.long)
+    assert cap.takes(x, y)
+    opt.param_groups[0]["lr"] = 0.05
+    assert not cap.takes(x, y) and "learning rate" in cap.off
 
 
 def test_adam_updates_outside_the_graph_and_a_split_batch_steps_eagerly():
@@ -187,3 +207,44 @@ def test_replayed_steps_equal_the_eager_steps_on_cuda(correlate):
     assert cap.off is None and cap.summary()["graphs"] == 2 and cap.replays == 5
     assert not torch.allclose(updates[1], updates[3])  # the same size, another draw: the noise is fresh
     assert cap.summary()["capture_s"] > 0 and cap.summary()["capture_mib"] >= 0
+
+
+class _Reads(nn.Module):  # a forward that reads the device from the host (a graph cannot hold it)
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.lin(x) * float(x.abs().max() > 0)
+
+
+class _Draws(nn.Module):  # random numbers inside the step, from CUDA's default generator
+    def __init__(self):
+        super().__init__()
+        self.lin, self.out = nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.nn.functional.dropout(self.lin(x), 0.2, training=True))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device (CI has none: bench/gpu_call.sh runs it)")
+@pytest.mark.parametrize("make,why", [(_Reads, "capture failed"), (_Draws, "random numbers")])
+def test_a_step_a_graph_cannot_hold_falls_back_cleanly_on_cuda(make, why):
+    """A host read or a random draw inside the step: the capture is refused, the stream and state are as before,
+    and the step is the eager one."""
+    torch.manual_seed(0)
+    model = make().cuda()
+    twin = copy.deepcopy(model)
+    opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin))
+    cap = capture.CapturedSteps(Stepper(model, "bk"), opt, torch.Generator("cuda").manual_seed(1), clip_norm=1.0,
+                                noise_multiplier=1.0, expected_batch=8.0)
+    x, y, mask = torch.randn(8, 8, device="cuda"), torch.randint(0, 3, (8,), device="cuda"), torch.ones(8, dtype=bool,
+                                                                                                       device="cuda")
+    torch.manual_seed(5)
+    cap.step(x, y, mask)
+    assert why in cap.off and torch.cuda.current_stream() == torch.cuda.default_stream()
+    if make is _Reads:  # deterministic: the eager step from the same generator state gives the same update
+        private_step(Stepper(twin, "bk"), x, y, clip_norm=1.0, noise_multiplier=1.0, expected_batch=8.0,
+                     generator=torch.Generator("cuda").manual_seed(1), mask=mask)
+        opt2.step()
+        assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(model.parameters(), twin.parameters()))

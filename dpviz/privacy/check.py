@@ -3,13 +3,14 @@ the mechanism its accountant counted.
 
 At a few private steps (`RunConfig.privacy_check` of them: the first of every private phase, then random
 others) the check replays the step on copies of its state (the noise generator, BandMF's noise memory), so the
-run goes on exactly as it would have, and measures, in units of the update times the accounted q·n:
+run goes on exactly as it would have, then reads the step's own release (the noisy mean it set, eager or replayed
+from a CUDA graph), and measures, in units of the update times the accounted q·n:
 
-- **sensitivity**: each of `EXAMPLES` examples' contribution to the clipped sum, by removing it (the same
-  batch without that row, the same noise draw). It must equal the example's own gradient clipped at C,
+- **sensitivity**: each of `EXAMPLES` examples' contribution to the clipped sum: the step's release less a
+  replay of the same batch without that row, from the same noise draw. It must equal the example's own gradient clipped at C,
   computed by plain autograd on the example alone, so at most C. An update divided by anything but the
   accounted q·n fails here, as does a step clipping at more than C.
-- **noise**: the step replayed with two noise generators; the difference of the two releases is pure noise
+- **noise**: the step's release less a replay with another noise generator: the difference is pure noise
   (BandMF's memory cancels). Its standard deviation, over the strategy's column norm measured from a chain of
   released noise itself (regressing each release on the b − 1 before it: ‖m‖/m₀ without reading the product's
   coefficients), gives the noise multiplier the step really had. It must be σ within sampling error.
@@ -187,6 +188,7 @@ class PrivacyCheck:
         self.phases: list[PhaseSchedule] = []
         self.first_step: int | None = None  # the first private step this process saw (a resumed run: later)
         self.seconds = 0.0  # time spent checking: replays and reading the sampled indices
+        self._pending: dict | None = None  # a due step's replays, until `after_step` reads its release
 
     # --- the loop's hooks ------------------------------------------------------------------------------
     def enter_phase(self, *, name: str, n: int, q: float, bands: int, count_noise: float = 0.0) -> None:
@@ -204,22 +206,34 @@ class PrivacyCheck:
 
     def before_step(self, k: int, stepper, x, y, mask, *, clip_norm: float, sigma: float, accounted_batch: float,
                     generator, clipping: str, reduce, correlate, precision: str) -> None:
-        """Measure private step ``k`` (0-based over the run) if it is due; the step itself runs after."""
+        """Measure private step ``k`` (0-based over the run) if it is due: the replays on copies run here, before
+        the step; `after_step` reads the step's own release and finishes the figures."""
         if self.first_step is None:
             self.first_step = k
+        self._pending = None
         if k not in self.due:
             return
         t0 = time.perf_counter()
         state = _rng_states()
         try:
-            fig = self._measure(k, stepper, dpsgd._parts(x, y, mask), clip_norm=clip_norm, sigma=sigma,
-                                accounted=accounted_batch, generator=generator, clipping=clipping, reduce=reduce,
-                                correlate=correlate, precision=precision)
+            self._pending = self._replays(k, stepper, dpsgd._parts(x, y, mask), clip_norm=clip_norm, sigma=sigma,
+                                          accounted=accounted_batch, generator=generator, clipping=clipping,
+                                          reduce=reduce, correlate=correlate, precision=precision)
         finally:
             _set_rng_states(state)
             for p in stepper.params:
                 p.grad = None
-        self.figures.append(fig)
+        self.seconds += time.perf_counter() - t0
+
+    def after_step(self, k: int, stepper) -> None:
+        """Finish the measurement of step ``k`` from what the step itself released: ``p.grad``, the noisy mean it
+        set (eager, or replayed from a CUDA graph: `dpviz.training.capture`), before any optimizer reads it."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending["k"] != k:
+            return
+        t0 = time.perf_counter()
+        released = torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * pending["accounted"]
+        self.figures.append(self._finish(released, pending))
         self.seconds += time.perf_counter() - t0
 
     # --- measuring -----------------------------------------------------------------------------------
@@ -238,13 +252,13 @@ class PrivacyCheck:
         stepper.overflows = overflows  # a replay's overflows are not the run's
         return torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * args["accounted"]
 
-    def _measure(self, k, stepper, parts, *, precision, **args) -> StepFigures:
-        C, sigma, correlate = args["clip_norm"], args["sigma"], args["correlate"]
-        fig = StepFigures(step=k, phase=self.phases[-1].name if self.phases else "?")
-        full = self._replay(stepper, parts, **args)
+    def _replays(self, k, stepper, parts, *, precision, **args) -> dict:
+        """Everything step ``k``'s figures need but its own release: the replays without one example, with fresh
+        noise, BandMF's chains, and the removed examples' own clipped gradients."""
+        C, correlate = args["clip_norm"], args["correlate"]
         rows = [(i, j) for i, (_, yc, mc) in enumerate(parts) for j in range(len(yc)) if mc is None or bool(mc[j])]
         picked = self.rng.sample(rows, min(EXAMPLES, len(rows)))
-        gone = []
+        gone = []  # (chunk, row, release without that row)
         for r in range(EXAMPLES):  # every rank replays as often; only rank 0 removes a row
             if r >= len(picked) or self.rank != 0:
                 self._replay(stepper, parts, **args)
@@ -254,33 +268,49 @@ class PrivacyCheck:
             keep = torch.ones(len(yc), dtype=torch.bool, device=yc.device)
             keep[j] = False
             without = (xc[keep], yc[keep], None) if mc is None else (xc, yc, mc & keep)
-            gone.append((i, j, full - self._replay(stepper, parts[:i] + [without] + parts[i + 1:], **args)))
+            gone.append((i, j, self._replay(stepper, parts[:i] + [without] + parts[i + 1:], **args)))
+        owns = {}
         for i in sorted({i for i, _, _ in gone}):  # one forward of each chunk for its removed rows' own gradients
-            rows = [(j, measured) for c, j, measured in gone if c == i]
-            owns = own_clipped(stepper, parts[i][0], parts[i][1], [j for j, _ in rows], C, args["clipping"])
-            for (j, measured), own in zip(rows, owns):
-                fig.contributions.append(float(measured.norm()) / C)
-                fig.errors.append(float((measured - own).norm()) / C)
-        coords = _coords(full.numel(), self.rng)
-        diffs = [(full - self._replay(stepper, parts, **{**args, "generator": _fresh(args["generator"], 0)}))[coords]]
+            js = [j for c, j, _ in gone if c == i]
+            owns.update({(i, j): own for j, own in zip(js, own_clipped(stepper, parts[i][0], parts[i][1], js, C,
+                                                                        args["clipping"]))})
+        coords = _coords(sum(p.numel() for p in stepper.params), self.rng)
+        fresh = self._replay(stepper, parts, **{**args, "generator": _fresh(args["generator"], 0)})[coords]
         pairs = min(MAX_PAIRS, -(-MIN_NOISE_ENTRIES // len(coords)))
+        diffs = []
         for d in range(1, pairs):  # a small model: more pairs, each of two fresh draws on the same batch
             a = self._replay(stepper, parts, **{**args, "generator": _fresh(args["generator"], 2 * d)})
             b = self._replay(stepper, parts, **{**args, "generator": _fresh(args["generator"], 2 * d + 1)})
             diffs.append((a - b)[coords])
-        diff = torch.cat(diffs)
+        out = {"k": k, "accounted": args["accounted"], "C": C, "sigma": args["sigma"], "precision": precision,
+               "gone": gone, "owns": owns, "coords": coords, "fresh": fresh, "diffs": diffs,
+               "banded": correlate is not None and correlate.bands > 1, "ratio_m": 1.0, "band_m": 0.0,
+               "memory_ratio": None}
+        if out["banded"]:
+            out["ratio_m"], out["band_m"] = self._strategy_norm(stepper, coords, correlate.bands, **args)
+            if k in self.phase_starts:
+                out["memory_ratio"] = self._memory_ratio(stepper, coords, **args)
+        return out
+
+    def _finish(self, full: torch.Tensor, m: dict) -> StepFigures:
+        """Step figures from the step's release ``full`` (update × accounted q·n, flat) and its replays ``m``."""
+        C, k = m["C"], m["k"]
+        fig = StepFigures(step=k, phase=self.phases[-1].name if self.phases else "?")
+        for i, j, without in m["gone"]:
+            measured = full - without  # the same noise draw: what example j of chunk i added
+            fig.contributions.append(float(measured.norm()) / C)
+            fig.errors.append(float((measured - m["owns"][(i, j)]).norm()) / C)
+        diff = torch.cat([full[m["coords"]] - m["fresh"], *m["diffs"]])
         s0 = float(diff.std()) / math.sqrt(2)  # std of one release's noise: σ_z / m₀
         fig.noise_entries = diff.numel()
-        ratio_m, band_m = 1.0, 0.0
-        if correlate is not None and correlate.bands > 1:
-            ratio_m, band_m = self._strategy_norm(stepper, coords, correlate.bands, **args)
-            fig.strategy_norm = ratio_m
-            if k in self.phase_starts:
-                fig.memory_ratio = self._memory_ratio(stepper, coords, **args)
-                fig.memory_band = _z() / math.sqrt(len(coords))
-        fig.noise_ratio = s0 / ratio_m / (sigma * C)
-        fig.noise_band = _z() / math.sqrt(2 * fig.noise_entries) + band_m
-        self._judge(fig, TOLERANCE[precision], C)
+        if m["banded"]:
+            fig.strategy_norm = m["ratio_m"]
+        if m["memory_ratio"] is not None:
+            fig.memory_ratio = m["memory_ratio"]
+            fig.memory_band = _z() / math.sqrt(len(m["coords"]))
+        fig.noise_ratio = s0 / m["ratio_m"] / (m["sigma"] * C)
+        fig.noise_band = _z() / math.sqrt(2 * fig.noise_entries) + m["band_m"]
+        self._judge(fig, TOLERANCE[m["precision"]], C)
         return fig
 
     def _strategy_norm(self, stepper, coords, bands, **args) -> tuple[float, float]:

@@ -9,12 +9,16 @@ graph per physical size of the phase holds:
   factors and the clipped sum (`dpviz.privacy.dpsgd.Stepper.clipped_sum`);
 - the noise added and the division by the accounted q·n, as `dpsgd.private_step` does them;
 - the step's statistics (read once after the replay: one host sync, as an eager step's);
-- SGD's update (Adam and AdamW update eagerly after the replay: their step counters live on the host).
+- SGD's update, where it is momentum without dampening or nesterov (Adam and AdamW update eagerly after the
+  replay: their step counters live on the host); a changed learning rate ends the phase's capture.
 
 The noise itself is drawn eagerly, before the replay, by the same `dpsgd.gaussian_noise` calls an eager step
 makes, from the run's generator and through BandMF's noise memory, into a buffer the graph reads. So every
 step's draw is fresh by construction, and an eager and a replayed step from one generator state draw the same
 numbers.
+
+The last warm-up before a capture runs with CUDA's synchronisation check on and watches CUDA's default
+generator: a step that reads the device from the host, or draws random numbers itself, is not captured.
 
 A capture never changes what a step releases. Before its first replay, each graph is checked against the eager
 step itself (`dpsgd.private_step` and SGD from the same generator state and noise memory, so the eager draw is
@@ -104,7 +108,8 @@ class CapturedSteps:
         self.clip_norm, self.sigma, self.expected = clip_norm, noise_multiplier, expected_batch
         self.clipping, self.correlate, self.count_noise = clipping, correlate, count_noise
         self.graphs_on = graphs
-        self.optimizes = isinstance(optimizer, torch.optim.SGD)  # SGD's update has no host state: in the graph
+        self.optimizes = _plain_sgd(optimizer)  # SGD's update has no host state: in the graph
+        self.lrs = _lrs(optimizer)  # captured as numbers: a change sends the phase back to eager steps
         self.noise = [torch.zeros_like(p) for p in self.params]  # the eager draw the graph reads
         self.graphs: dict[int, tuple] = {}  # size: (graph, (x, y, mask) static, sums, grads)
         self.pool = None
@@ -112,7 +117,10 @@ class CapturedSteps:
         self.capture_s, self.capture_bytes, self.replays = 0.0, 0, 0
 
     def takes(self, x, y) -> bool:
-        """Whether this step can replay: one padded physical batch (a split batch steps eagerly)."""
+        """Whether this step can replay: one padded physical batch (a split batch steps eagerly), the learning
+        rate the graphs hold."""
+        if self.off is None and self.optimizes and _lrs(self.optimizer) != self.lrs:
+            self.off = "the learning rate changed, and a graph holds the one it was captured with"
         return self.off is None and isinstance(y, torch.Tensor)
 
     # --- one step --------------------------------------------------------------------------------------
@@ -178,27 +186,35 @@ class CapturedSteps:
         replay: its statistics (5,); None: the phase steps eagerly from here (`off` says why)."""
         t0, saved, allocated = time.perf_counter(), self._save(), 0
         static = (x.clone(), y.clone(), mask.clone())
+        home = torch.cuda.current_stream(x.device) if x.is_cuda else None  # a failed capture leaves another current
         try:
             side = torch.cuda.Stream(x.device) if x.is_cuda else None  # (a CPU fails below, after the warm-up)
             if side is not None:
                 allocated = torch.cuda.memory_allocated(x.device)
-                side.wait_stream(torch.cuda.current_stream())
+                side.wait_stream(home)
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                for _ in range(WARMUP):
-                    self._body(*static)
+                for w in range(WARMUP):
+                    with _strict(x) if w == WARMUP - 1 else contextlib.nullcontext():
+                        self._body(*static)
             if side is not None:
-                torch.cuda.current_stream().wait_stream(side)
+                home.wait_stream(side)
             self._restore(saved)
             graph = torch.cuda.CUDAGraph()
             self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
             with torch.cuda.graph(graph, pool=self.pool):
                 sums, grads = self._body(*static)
             entry = (graph, static, sums, grads)
-            eager = self.eager_update(static, saved, before)
+            eager_grads, eager_changes = self.eager_update(static, saved, before)
             graph.replay()
             self.replays += 1
-            gap = _gap(self._update(grads, saved), eager)
+            # the noisy gradients, over their noise-free part (the same noise cancels in the difference, and
+            # would hide a wrong clipped sum beside it), and the parameters' changes where SGD is in the graph
+            clipped = torch._foreach_sub(eager_grads, torch._foreach_div(self.noise, self.expected))
+            gap = max(_gap(list(grads), eager_grads, clipped), _gap(self._changes(saved), eager_changes))
         except Exception as e:  # noqa: BLE001 — any failure to capture means eager steps, never a lost run
+            if home is not None:
+                torch.cuda.set_stream(home)
+                torch.cuda.synchronize(x.device)
             self._restore(saved)
             self.off = f"capture failed at batch size {len(y)} ({type(e).__name__}: {' '.join(str(e).split())[:160]})"
             return None
@@ -214,10 +230,11 @@ class CapturedSteps:
             p.grad = g
         return sums
 
-    def eager_update(self, static, saved: dict, before: tuple) -> list[torch.Tensor]:
-        """The update `dpsgd.private_step` (and SGD) make on the batch ``static`` from the noise streams as they
-        were ``before`` this step's draw (`_streams`): the eager step itself, its own draw included, against which
-        a replay is checked. The state is put back after."""
+    def eager_update(self, static, saved: dict, before: tuple) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The noisy gradients `dpsgd.private_step` sets on the batch ``static`` from the noise streams as they
+        were ``before`` this step's draw (`_streams`), and the parameters' changes SGD then makes where it is in
+        the graph: the eager step itself, its own draw included, against which a replay is checked. The state is
+        put back after."""
         gen = torch.Generator(device=self.generator.device)
         gen.set_state(before[0])
         x, y, mask = static
@@ -226,18 +243,17 @@ class CapturedSteps:
         dpsgd.private_step(self.stepper, x, y, clip_norm=self.clip_norm, noise_multiplier=self.sigma,
                            expected_batch=self.expected, generator=gen, clipping=self.clipping, mask=mask,
                            **({"correlate": before[1]} if before[1] is not None else {}))
+        grads = [p.grad.detach().clone() for p in self.params]
         if self.optimizes:
             self.optimizer.step()
-        update = [u.clone() for u in self._update([p.grad for p in self.params], saved)]
+        changes = [c.clone() for c in self._changes(saved)]
         self._restore(saved)
-        return update
+        return grads, changes
 
-    def _update(self, grads, saved: dict) -> list[torch.Tensor]:
-        """What the step changed: each parameter's change where SGD updates in the graph (a change, not the
-        parameter: a wrong update small beside the weights would pass unseen), else the noisy gradients."""
-        if self.optimizes:
-            return [p.detach() - v for p, v in zip(self.params, saved["params"])]
-        return list(grads)
+    def _changes(self, saved: dict) -> list[torch.Tensor]:
+        """Each parameter's change since ``saved`` where SGD updates in the graph (a change, not the parameter: a
+        wrong update small beside the weights would pass unseen); nothing where the optimizer steps outside."""
+        return [p.detach() - v for p, v in zip(self.params, saved["params"])] if self.optimizes else []
 
     def _save(self) -> dict:
         state = [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
@@ -261,8 +277,38 @@ class CapturedSteps:
                 "capture_mib": round(self.capture_bytes / 2 ** 20, 1), **({"eager": self.off} if self.off else {})}
 
 
-def _gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    """max |a − b| over max |b| (0 for an all-zero b and a equal to it)."""
-    top = max((float(t.abs().max()) for t in b if t.numel()), default=0.0)
+def _gap(a: list[torch.Tensor], b: list[torch.Tensor], scale: list[torch.Tensor] | None = None) -> float:
+    """max |a − b| over max |scale| (default: b); the difference itself where the scale is all zero."""
+    top = max((float(t.abs().max()) for t in (b if scale is None else scale) if t.numel()), default=0.0)
     diff = max((float((s - t).abs().max()) for s, t in zip(a, b) if t.numel()), default=0.0)
     return diff / top if top > 0 else diff
+
+
+def _plain_sgd(optimizer) -> bool:
+    """SGD whose update the graph may hold: momentum without dampening, nesterov or maximize (`_restore` zeroes
+    a new momentum buffer, which is SGD's first step only without dampening; nesterov changes ``p.grad``)."""
+    return isinstance(optimizer, torch.optim.SGD) and all(
+        not g.get("dampening") and not g.get("nesterov") and not g.get("maximize") for g in optimizer.param_groups)
+
+
+def _lrs(optimizer) -> list:
+    return [g.get("lr") for g in optimizer.param_groups] if optimizer is not None else []
+
+
+@contextlib.contextmanager
+def _strict(x: torch.Tensor):
+    """The last warm-up: a host read of the device raises (a graph cannot hold one), and random numbers drawn by
+    the step from CUDA's default generator (dropout, stochastic depth) are refused (the check could not match them).
+    Nothing on a CPU."""
+    if not x.is_cuda:
+        yield
+        return
+    gen = torch.cuda.default_generators[x.device.index if x.device.index is not None else torch.cuda.current_device()]
+    mode, offset = torch.cuda.get_sync_debug_mode(), gen.get_offset()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+    if gen.get_offset() != offset:
+        raise RuntimeError("the step draws random numbers from CUDA's default generator (dropout, stochastic depth)")

@@ -364,6 +364,8 @@ class Loop:
                                     canaries=can if can is not None and can.virtual else None, reduce=reduce,
                                     mask=mask, **({"correlate": self.noise} if self.noise is not None else {}),
                                     **({"count_noise": phase.count_noise} if phase.count_noise else {}))
+        if self.check is not None:  # a checked step's figures read its own release, before any optimizer uses it
+            self.check.after_step(self.private_steps, stepper)
         if self.check is not None and st.clip_fraction_dp is not None:  # the count's noise, read off its release
             self.check.count_released(st.clip_fraction_dp * expected - round(st.clip_fraction * st.batch_size))
         return st
