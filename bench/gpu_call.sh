@@ -21,7 +21,7 @@
 #   profile: where the bf16 DP step's time goes: torch.profiler tables of dpviz's DP step on ViT-S/16 and
 #           ResNet-18 in bf16 (bench/bench_dp_step.py --device cuda --precision bf16 --profile), into $OUT.
 # Usage (device machine): [PARTS="…"] bash bench/gpu_call.sh [SECONDS, default 540]
-# Dry run here: OUT=/tmp/out DEVICE=cpu bash bench/gpu_call.sh 300
+# Dry run here: OUT=/tmp/out DEVICE=cpu PY=.venv/bin/python bash bench/gpu_call.sh 300
 set -u
 LIMIT=${1:-540}
 DEVICE=${DEVICE:-cuda}
@@ -104,7 +104,7 @@ if part split; then
   keep "$DPVIZ_CACHE_DIR"/studies/split_real-vision.json
 fi
 
-if part profile; then
+if part profile && [ "$DEVICE" = cuda ]; then
   say "profile: the bf16 DP step"
   timeout 150 $PY bench/bench_dp_step.py --device cuda --precision bf16 --models vit_small resnet18 \
     --methods plain dpviz --profile "$OUT" 2>&1 | tee -a "$LOG"
