@@ -248,3 +248,17 @@ def test_a_step_a_graph_cannot_hold_falls_back_cleanly_on_cuda(make, why):
                      generator=torch.Generator("cuda").manual_seed(1), mask=mask)
         opt2.step()
         assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(model.parameters(), twin.parameters()))
+
+
+def test_a_runs_threat_model_names_its_captured_steps_figures_as_not_covered():
+    """The figures a CUDA run's summary keeps of its captured steps depend on the drawn batch sizes: the run's
+    statement lists them among what ε does not cover, and only where the run has them."""
+    from dpviz.privacy import release
+
+    cfg = RunConfig().to_dict()
+    captured = {"config": cfg, "private": True,
+                "capture": [{"phase": "fft", "graphs": 1, "replays": 40, "capture_s": 0.8, "capture_mib": 30.0}]}
+    eager = {"config": cfg, "private": True, "capture": [{"phase": "fft", "eager": "fp16 counts overflowed"}]}
+    assert release.CAPTURED in release.statement(captured)["not_covered"]
+    assert release.CAPTURED not in release.statement(eager)["not_covered"]
+    assert release.CAPTURED not in release.statement({"config": cfg, "private": True})["not_covered"]

@@ -34,6 +34,8 @@ RELEASES_NOT_COVERED = ("per-step loss, training accuracy, clip fraction, gradie
                         "audit results (an empirical lower bound, not part of the guarantee)",
                         "the privacy check's per-example contributions (a few private examples' clipped gradient "
                         "norms, over C) and drawn batch sizes")
+CAPTURED = ("the captured steps' figures (graphs, replays, capture time and memory: functions of the drawn batch "
+            "sizes)")
 ADVERSARY = ("anyone who holds everything dpviz exports of the run (configuration, summary, weights, "
              "checkpoints, figures, files) and every other record")
 
@@ -75,6 +77,8 @@ def statement(summary: dict) -> dict:
     not_covered = list(RELEASES_NOT_COVERED)
     if "holdout_correct" in summary:
         not_covered.append("the exact holdout count (a private search accounts only its noisy version)")
+    if any("graphs" in c for c in summary.get("capture") or ()):  # a CUDA run's captured phases
+        not_covered.append(CAPTURED)
     if rnd == "seeded":
         not_covered.append("the sampling and the noise, which anyone holding this configuration regenerates")
     covered = list(COVERED)
