@@ -11,7 +11,8 @@
 #      take the GPU when one is present, every strategy, path and precision);
 #   2. bench/bench_gpu.py --device cuda (runs end to end, two jobs of one server, DP step ÷ plain, eager and
 #      replayed from CUDA graphs, with capture time and memory);
-#   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device);
+#   3. bench/bench_depthwise.py --device cuda (the depthwise rule per device), and bench/profile_start.py (where the
+#      real-vision small run's time goes, outside its loop and in it, under cProfile);
 #   4. reproduce --task real-vision --scale large, until the call's time is spent (--stop-after).
 # PARTS names the parts to run, in this order (default "tests gpu depthwise reproduce"); two more can be named:
 #   bandmf: bench/bench_bandmf.py --device cuda (BandMF's DP step and noise memory ÷ plain, b ∈ {1, 4, 16});
@@ -75,6 +76,9 @@ if part depthwise; then
 say "3. bench_depthwise"
 timeout 90 $PY bench/bench_depthwise.py --device "$DEVICE" --batch 64 2>&1 | tee -a "$LOG"
 keep bench/results/depthwise_"$DEVICE".json
+say "3. profile_start"
+timeout 180 $PY bench/profile_start.py --device "$DEVICE" --data-dir $DATA --out "$OUT" 2>&1 | tee -a "$LOG"
+keep bench/results/start_"$DEVICE".json
 fi
 
 if part bandmf; then
