@@ -232,8 +232,7 @@ class PrivacyCheck:
         if pending is None or pending["k"] != k:
             return
         t0 = time.perf_counter()
-        released = torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * pending["accounted"]
-        self.figures.append(self._finish(released, pending))
+        self.figures.append(self._finish(_release(stepper, pending["accounted"]), pending))
         self.seconds += time.perf_counter() - t0
 
     # --- measuring -----------------------------------------------------------------------------------
@@ -250,7 +249,7 @@ class PrivacyCheck:
                            reduce=args["reduce"], mask=list(ms) if any(m is not None for m in ms) else None,
                            **({"correlate": mem} if mem is not None else {}))
         stepper.overflows = overflows  # a replay's overflows are not the run's
-        return torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * args["accounted"]
+        return _release(stepper, args["accounted"])
 
     def _replays(self, k, stepper, parts, *, precision, **args) -> dict:
         """Everything step ``k``'s figures need but its own release: the replays without one example, with fresh
@@ -409,6 +408,11 @@ class PrivacyCheck:
         return eps, "dp_accounting PLD", _verdict(
             "epsilon", ok, f"ε {eps:.4f} of {sum(h[2] for h in history)} observed private steps by dp_accounting's "
             f"PLD against the budget {epsilon:g}" + ("" if ok else " (over budget)"))
+
+
+def _release(stepper, accounted: float) -> torch.Tensor:
+    """What a step set as ``p.grad`` (its noisy mean), times the accounted q·n, as one flat float64 vector."""
+    return torch.cat([p.grad.detach().reshape(-1).double() for p in stepper.params]) * accounted
 
 
 _ENDING = ("dp_accounting.dp_event", "dp_accounting.pld.pld_privacy_accountant", "scipy.special")

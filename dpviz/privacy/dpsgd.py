@@ -196,20 +196,38 @@ def private_step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor, *, clip_nor
         reduce([p.grad for p in params])
     if canaries is not None:
         canaries.add(params, clip_norm=clip_norm, clipping=clipping)
-    noise = [gaussian_noise(p, noise_multiplier * clip_norm, generator) for p in params]
-    if correlate is not None:
-        noise = correlate(noise)
-    grads = torch._foreach_add([p.grad for p in params], noise)  # one launch for all, not two per tensor
-    torch._foreach_div_(grads, expected_batch)
-    for p, gr in zip(params, grads):
-        p.grad = gr
+    noisy_mean(params, [p.grad for p in params], draw_noise(params, noise_multiplier * clip_norm, generator, correlate),
+               expected_batch)
     if canaries is not None:
         canaries.observe(params, scale=expected_batch, noise_std=noise_multiplier * clip_norm,
                          clip_norm=clip_norm, clipping=clipping)
     device = params[0].device if params else _device(x)
+    return released_stats(stats, device, count_noise=count_noise, generator=generator,
+                          expected_batch=expected_batch, reduce=reduce)
+
+
+def draw_noise(params, std: float, generator: torch.Generator, correlate=None) -> list[torch.Tensor]:
+    """One step's noise, one draw per parameter (`gaussian_noise`), through BandMF's memory where ``correlate``."""
+    noise = [gaussian_noise(p, std, generator) for p in params]
+    return correlate(noise) if correlate is not None else noise
+
+
+def noisy_mean(params, sums: list[torch.Tensor], noise: list[torch.Tensor], expected_batch: float) -> list:
+    """Set each ``p.grad`` to (its clipped sum + its noise) / q·n, and return those gradients."""
+    grads = torch._foreach_add(sums, noise)  # one launch for all, not two per tensor
+    torch._foreach_div_(grads, expected_batch)
+    for p, gr in zip(params, grads):
+        p.grad = gr
+    return grads
+
+
+def released_stats(stats, device, *, count_noise: float, generator: torch.Generator, expected_batch: float,
+                   reduce=None) -> StepStats:
+    """`_step_stats` of the step's sums, and the noisy clipped count where ``count_noise`` > 0: one draw after the
+    gradient's, which every rank makes alike, over q·n."""
     draw = gaussian_noise(torch.empty((), device=device), count_noise, generator) if count_noise else None
     st = _step_stats(stats, device, reduce)
-    if draw is not None:  # the exact count (every rank's, summed) plus one draw that every rank makes alike
+    if draw is not None:  # the exact count (every rank's, summed) plus the draw
         st.clip_fraction_dp = (round((st.clip_fraction or 0.0) * st.batch_size) + float(draw)) / expected_batch
     return st
 

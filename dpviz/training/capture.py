@@ -147,10 +147,8 @@ class CapturedSteps:
 
     def _draw(self) -> None:
         """This step's noise, drawn as `dpsgd.private_step` draws it (one call per parameter, then BandMF's memory)."""
-        noise = [dpsgd.gaussian_noise(p, self.sigma * self.clip_norm, self.generator) for p in self.params]
-        if self.correlate is not None:
-            noise = self.correlate(noise)
-        torch._foreach_copy_(self.noise, noise)
+        torch._foreach_copy_(self.noise, dpsgd.draw_noise(self.params, self.sigma * self.clip_norm, self.generator,
+                                                          self.correlate))
 
     def _body(self, x, y, mask):
         """The step as the graph holds it: the clipped sum, plus the drawn noise, over q·n; SGD's update."""
@@ -159,22 +157,15 @@ class CapturedSteps:
         out, loss_sum, norms = self.stepper.clipped_sum(x, y, self.clip_norm, self.clipping, mask)
         sums = torch.stack([t.to(torch.float64)
                             for t in dpsgd._batch_sums(out, y, mask, loss_sum, norms, self.clip_norm)])  # (5,)
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        grads = torch._foreach_add(grads, self.noise)
-        torch._foreach_div_(grads, self.expected)
-        for p, g in zip(self.params, grads):
-            p.grad = g
+        grads = dpsgd.noisy_mean(self.params, [p.grad if p.grad is not None else torch.zeros_like(p)
+                                               for p in self.params], self.noise, self.expected)
         if self.optimizes:
             self.optimizer.step()
         return sums, grads
 
     def _stats(self, sums: torch.Tensor) -> dpsgd.StepStats:
-        draw = (dpsgd.gaussian_noise(torch.empty((), device=sums.device), self.count_noise, self.generator)
-                if self.count_noise else None)  # after the gradient's draw, as an eager step takes it
-        st = dpsgd._step_stats(list(sums.unbind()), sums.device)
-        if draw is not None:
-            st.clip_fraction_dp = (round((st.clip_fraction or 0.0) * st.batch_size) + float(draw)) / self.expected
-        return st
+        return dpsgd.released_stats(list(sums.unbind()), sums.device, count_noise=self.count_noise,
+                                    generator=self.generator, expected_batch=self.expected)
 
     # --- capture -------------------------------------------------------------------------------------------
     def _streams(self) -> tuple:
