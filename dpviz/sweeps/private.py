@@ -173,12 +173,12 @@ def plan(s: PrivateSearch, *, extra_records: int = 0) -> Plan:
     except ValueError as e:
         raise ConfigError("total_epsilon", str(e).split(": ", 1)[-1]) from None
     phases = selection.with_sigma(phases, sigma)
-    bound = accounting.bound_by(cfg.accountant)
+    bound, grid = accounting.bound_by(cfg.accountant), selection.search_grid(s.total_epsilon)
     return Plan(noise_multiplier=sigma, phases=phases, holdout=holdout, score_sigma=score_sigma,
                 trial_epsilon=accounting.epsilon(phases=phases, delta=s.total_delta, accountant=bound),
                 trial_epsilon_with_score=selection.trial_epsilon(phases=phases, score_sigma=score_sigma,
-                                                                 delta=s.total_delta),
-                search_epsilon=selection.spent(phases=phases, delta=s.total_delta, **kw))
+                                                                 delta=s.total_delta, grid=grid),
+                search_epsilon=selection.spent(phases=phases, delta=s.total_delta, grid=grid, **kw))
 
 
 def draw_count(s: PrivateSearch) -> int:
