@@ -131,6 +131,7 @@ def test_bad_form_input_shows_error_and_launches_nothing(key, value, field, app_
     assert Store(app_env).list_runs() == []
 
 
+@pytest.mark.slow
 def test_tuning_page_shows_trials_and_launches_the_best_on_private_data(app_env):
     from dpviz import sweeps
     from dpviz.config import RunConfig
@@ -165,6 +166,7 @@ def test_tuning_page_warns_on_private_data_and_rejects_bad_ranges(app_env):
     assert not [b for b in at.button if b.key == "tu_launch"]
 
 
+@pytest.mark.slow
 def test_accountants_page_without_runs_carries_no_private_data_banner(app_env):
     from dpviz.analyses import PRIVACY_NOTE
 
@@ -173,6 +175,7 @@ def test_accountants_page_without_runs_carries_no_private_data_banner(app_env):
     assert PRIVACY_NOTE not in [w.value for w in at.warning]
 
 
+@pytest.mark.slow
 def test_reproduction_page_names_each_claim_before_any_run_and_warns_on_one_seed(app_env):
     from dpviz import reproduce
 
@@ -288,6 +291,7 @@ def test_curvature_accountants_and_continual_pages(app_env, fast_cfg):
     assert cont["summary"]["epsilon_spent"] <= 1.0
 
 
+@pytest.mark.slow
 def test_sparse_page_profile_mask_and_step_time(app_env):
     from dpviz import sweeps
     from dpviz.config import RunConfig
@@ -342,6 +346,7 @@ def test_the_app_refuses_to_serve_beyond_loopback(app_env, monkeypatch):
     assert not at.error and "1 · Configure" in [h.value for h in at.subheader]
 
 
+@pytest.mark.slow
 def test_audit_page_audits_and_sweeps_in_the_background_and_rejects_a_bad_sweep(app_env):
     from dashboard import state
 
@@ -422,6 +427,7 @@ def test_the_stored_runs_table_shows_a_run_as_soon_as_it_finishes(app_env):
     assert any("0 active" in c.value for c in at.sidebar.caption)
 
 
+@pytest.mark.slow
 def test_job_states_say_queued_and_searching_k_of_n(cache_dir, monkeypatch):
     """A job behind the workers is "queued (k of m …)"; a proxy search reports its trial k of n."""
     from dpviz.autotune import proxy
@@ -545,6 +551,7 @@ def test_the_form_offers_the_real_tasks_and_a_task_button_fills_it(app_env):
     assert at.selectbox(key="f_dataset").value == "digits" and at.number_input(key="f_train_size").value == 0
 
 
+@pytest.mark.slow
 def test_tuning_page_runs_a_private_search_within_one_total_and_lists_it(app_env):
     from dpviz.store import Store
 
@@ -587,6 +594,7 @@ def test_tuning_page_shows_the_measured_comparison_and_which_wins(app_env):
     assert tables and shipped.text(cell, "accuracy") in list(tables[0]["test accuracy of the release"])
 
 
+@pytest.mark.slow
 def test_tuning_page_states_what_a_search_on_private_data_cost(app_env):
     from dpviz import sweeps
     from dpviz.config import RunConfig

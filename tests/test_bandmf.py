@@ -108,6 +108,7 @@ def test_bandmf_is_accounted_as_dp_sgd_over_t_over_b_steps_at_rate_b_q():
         assert accounting.epsilon(phases=[band], delta=DELTA, accountant="rdp") >= ours  # RDP: looser, for comparison
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [1.0, 4.0])
 @pytest.mark.parametrize("steps", [24, 60])
 @pytest.mark.parametrize("bands", [1, 2, 4, 8])
@@ -152,6 +153,7 @@ def _run(**kw):
         return s, Store(d).load_model(s["run_id"])["state_dict"]
 
 
+@pytest.mark.slow
 def test_one_band_trains_dp_sgds_run_bit_for_bit_and_four_bands_stay_within_the_budget():
     dp, w_dp = _run()
     one, w_one = _run(mechanism="bandmf", bands=1)

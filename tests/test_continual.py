@@ -51,6 +51,7 @@ def test_fixed_switch_uses_public_data_only_before_it(poisoned_private, cache_di
     assert all(eps[t] == 0 for t in range(1, 9)) and eps[9] > 0  # ε starts at the switch
 
 
+@pytest.mark.slow
 def test_automatic_switch_measures_the_decelerator_on_public_data(poisoned_private, cache_dir):
     cfg = RunConfig(strategy="continual", epsilon=2.0, epochs=6, switch_threshold=0.9)
     s = dpviz.run(cfg, cache_dir=cache_dir)
@@ -63,6 +64,7 @@ def test_automatic_switch_measures_the_decelerator_on_public_data(poisoned_priva
     assert all(finite(loss[t]) for t in range(1, switch + 1))
 
 
+@pytest.mark.slow
 def test_switch_batch_sets_the_public_examples_each_check_reads(cache_dir):
     runs = {b: dpviz.run(RunConfig(strategy="continual", epsilon=2.0, epochs=2, switch_batch=b), cache_dir=cache_dir)
             for b in (256, 16)}

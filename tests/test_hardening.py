@@ -220,6 +220,7 @@ def test_no_dp_has_one_spelling_and_a_run_without_dp_says_so(tmp_path, capsys, b
     assert s[0]["private"] is False and s[0]["epsilon_spent"] is None
 
 
+@pytest.mark.slow
 def test_accountants_give_the_rows_they_can_and_one_line_otherwise(capsys):
     """Below RDP's floor the PRV, GDP and PLD rows still come, the RDP row says why; ε = 100 is one line or rows."""
     assert cli.main(["accountants", "--epsilon", "0.1", "--delta", "1e-5", "--epochs", "1", "--dataset-size", "1000",

@@ -223,6 +223,7 @@ def test_a_plain_request_goes_on_with_an_interrupted_run_and_fresh_starts_over(c
     assert __import__("json").loads(fresh.stdout)["run_id"] != rid and len(Store(cache_dir).list_runs(kind=None)) == 2
 
 
+@pytest.mark.slow
 def test_twin_private_searches_train_each_trial_once(cache_dir):
     """Two identical searches at once: K trials trained in all (they used to train 5 for K = 3); both return
     the one release."""
@@ -261,6 +262,7 @@ def RunConfig_():
     return RunConfig(strategy="lp", epochs=2)
 
 
+@pytest.mark.slow
 def test_a_private_search_killed_mid_way_resumes_and_trains_each_trial_once(cache_dir):
     """The search's process dies at step 3 of its third of K = 4 trials (the trial's run is then interrupted, as
     `Store.start_run` marks a dead owner's), and the search is asked again: the two finished trials answer from

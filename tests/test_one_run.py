@@ -95,6 +95,7 @@ def _replace(path, tensor) -> None:
     os.replace(tmp, path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["same", "other"])
 def test_a_substituted_tensor_is_refused_naming_it_and_the_next_save_rewrites_it(shape, cache_dir, capsys):
     cfg = RunConfig(**{**CFG, "epochs": 1})

@@ -72,6 +72,7 @@ def test_epsilon_is_dp_accountings(phases, delta):
     assert ours == pytest.approx(reference(phases, delta, expected_grid(phases, delta)), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma", [7.5, 1.42])
 def test_the_grid_errs_on_the_safe_side_and_little(sigma):
     """A finer grid's ε is no larger (both are upper bounds; the finer the tighter) and within 0.01 % (under
@@ -118,6 +119,7 @@ def random_schedules(n=20, seed=0):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(20))
 def test_calibrating_by_pld_never_exceeds_the_target(i):
     """Random schedules (seeded): σ calibrated by PLD spends at most the target by dp_accounting's own
@@ -129,6 +131,7 @@ def test_calibrating_by_pld_never_exceeds_the_target(i):
     assert spent >= 0.98 * target, (phases, target, delta, sigma, spent)
 
 
+@pytest.mark.slow
 def test_the_epsilon_curve_is_monotone_and_exact_at_phase_ends():
     ph = [phase("lp", 12, 3.0), phase("fft", 28, 3.0, q=0.3)]
     curve = epsilon_curve(phases=ph, delta=1e-5, accountant="pld", points=8)
@@ -140,6 +143,7 @@ def test_the_epsilon_curve_is_monotone_and_exact_at_phase_ends():
         assert spent_at(curve, t) >= reference(truncate(ph, t), 1e-5)
 
 
+@pytest.mark.slow
 def test_a_pld_run_spends_at_most_its_budget(fast_cfg, cache_dir):
     cfg = fast_cfg(accountant="pld", epsilon=1.0)
     s = dpviz.run(cfg, cache_dir=cache_dir)

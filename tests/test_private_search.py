@@ -288,6 +288,7 @@ def test_a_cancelled_private_search_stops_within_its_trial_and_leaves_nothing(ca
     assert store.get_search(search.key())["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_a_bandmf_trial_is_accounted_as_its_equivalent_dp_sgd_schedule_and_the_search_stays_within_its_total():
     """A BandMF phase's trial event composes ⌈T/b⌉ steps at rate b·q (its equivalent DP-SGD schedule), so its
     ε is that schedule's; a planned BandMF search meets its total, and its σ is larger than DP-SGD's (fewer,

@@ -254,6 +254,7 @@ except ImportError:
     pass
 
 
+@pytest.mark.slow
 def test_a_fresh_store_reads_the_shipped_studies_on_the_reproduction_and_budget_pages(app_env):
     """Nothing trained: the Reproduction page reads every study shipped for the chosen task, with where its numbers
     come from, and the Budget page shows the ε × LP-share trade-off of the split study until a sweep exists."""

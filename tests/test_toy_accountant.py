@@ -63,6 +63,7 @@ def test_a_run_naming_the_toy_spends_within_its_budget(toy, fast_cfg, cache_dir)
         s["epsilon_spent"], rel=1e-9) and sigma > 0
 
 
+@pytest.mark.slow
 def test_the_toy_is_a_choice_of_the_run_form_and_of_the_accountants_page(toy, app_env):
     at = open_page("pages/runs.py")
     assert toy in at.selectbox(key="f_accountant").options
