@@ -38,6 +38,8 @@ from __future__ import annotations
 import copy
 import math
 import random
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -414,15 +416,31 @@ def _release(stepper, accounted: float) -> torch.Tensor:
 
 
 _ENDING = ("dp_accounting.dp_event", "dp_accounting.pld.pld_privacy_accountant", "scipy.special")
+_prefetching: threading.Thread | None = None
 
 
 def prefetch() -> None:
     """Start importing what the check's end needs (`independent_epsilon`'s dp_accounting PLD accountant, the χ²
-    band's scipy.special: ≈ 1 s on a CPU) in a daemon thread, while the run trains
-    (`dpviz.runtime.imports.prefetch`), so that the check's end finds them done."""
-    from dpviz.runtime.imports import prefetch as start
+    band's scipy.special: ≈ 1 s on a CPU) in a daemon thread, while the run trains. A training step's kernels
+    release the GIL, so the imports go on beside them and the check's end finds them done; they run under
+    `dpviz.runtime.imports.IMPORTS`, as the other imports that threads share."""
+    global _prefetching
+    if _prefetching is None and not all(m in sys.modules for m in _ENDING):
+        _prefetching = threading.Thread(target=_import_ending, name="dpviz-check-imports", daemon=True)
+        _prefetching.start()
 
-    start(_ENDING, why="check")
+
+def _import_ending() -> None:
+    import importlib
+
+    from dpviz.runtime.imports import IMPORTS
+
+    with IMPORTS:
+        for name in _ENDING:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 — the check's end imports them itself, and says what failed there
+                return
 
 
 def independent_epsilon(history, delta: float, interval: float = 1e-4) -> float:

@@ -18,7 +18,7 @@ from torch import nn
 from dpviz import catalog, data, errors, models, strategies
 from dpviz.data import tokens
 from dpviz.privacy import bandmf
-from dpviz.runtime import imports, memory
+from dpviz.runtime import memory
 from dpviz.training import shapes
 from dpviz.training.calibration import calibrated_phases, check_delta, check_public
 from dpviz.config import AUTO, RunConfig
@@ -79,7 +79,6 @@ def prepare(cfg: RunConfig, *, cache_dir, with_curve: bool = True, ahead=None,
                           "RunConfig.fixed_rates() takes the fixed defaults)", AUTO)
     device = resolve_device(cfg.device)
     memory.keep_freed_memory()  # a process that trains keeps its steps' freed buffers (`dpviz.runtime.memory`)
-    imports.prefetch(imports.OPTIMIZERS, why="optimizers")  # beside the data's load: the first optimizer's import
     with tokens.cache_in(cache_dir):  # a text dataset's token ids are cached in this run's store
         bundle = data.load(cfg)
     audit = canaries(bundle) if canaries else None
