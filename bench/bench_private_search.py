@@ -53,7 +53,8 @@ def main() -> None:
                 t, plans[name] = timed(search, PLD_DISCRETISATION if name == "fine" else None)
                 got[name].append(t)
         med = {k: statistics.median(v) for k, v in got.items()}
-        for name, label in (("fine", f"{PLD_DISCRETISATION:g} grid"), ("search", f"{selection.search_grid(total):g} grid")):
+        labels = {"fine": f"{PLD_DISCRETISATION:g} (fixed)", "search": f"{selection.search_grid(total):g} (search_grid)"}
+        for name, label in labels.items():
             p = plans[name]
             fine_eps = selection.spent(phases=p.phases, score_sigma=p.score_sigma, delta=search.total_delta,
                                        mean_trials=args.trials, distribution=selection.FIXED)
